@@ -1,0 +1,67 @@
+"""The error hierarchy.
+
+Every error a user can cause or meet derives from :class:`AutotuneError`; the CLI prints
+``str(error)`` and exits non-zero, never a traceback. Errors about files always name the
+file, the field and, where there is a closed set, the allowed values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AutotuneError(Exception):
+    """Base class of every error autotune raises on purpose."""
+
+
+class ConfigError(AutotuneError):
+    """A file (search space, deployment, study) or a CLI value is invalid."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        allowed: Sequence[object] | None = None,
+    ) -> None:
+        self.file = file
+        self.field = field
+        self.allowed = list(allowed) if allowed is not None else None
+        parts = []
+        if file:
+            parts.append(str(file))
+        if field:
+            parts.append(f"field '{field}'")
+        head = ": ".join(parts)
+        text = f"{head}: {message}" if head else message
+        if self.allowed is not None:
+            text += f" (allowed: {', '.join(map(str, self.allowed))})"
+        super().__init__(text)
+        self.message = message
+
+
+class LaunchError(AutotuneError):
+    """A service did not become healthy. ``failure`` is a :class:`FailureClass` value."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        service: str,
+        failure: str,
+        log_tail: str = "",
+    ) -> None:
+        super().__init__(f"{service}: {failure}: {message}")
+        self.service = service
+        self.failure = failure
+        self.reason = message
+        self.log_tail = log_tail
+
+
+class BenchError(AutotuneError):
+    """The load generator could not produce a measurement (no request completed, ...)."""
+
+
+class StorageError(AutotuneError):
+    """The study storage cannot be opened, read or written."""

@@ -1,0 +1,58 @@
+"""Rendered service specifications: the only thing a launcher receives.
+
+A :class:`ServiceSpec` is fully resolved (no templates, no search-space knowledge): the
+argv, the environment to add, the variables to remove, where the service answers and where
+it logs. Launchers compare :meth:`ServiceSpec.fingerprint` values to restart only what
+changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ServiceSpec(BaseModel):
+    """One service of a deployment, rendered for one trial."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    unset_env: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int
+    health_url: str
+    ready_timeout_s: float = 600.0
+    log_file: str
+    workdir: str | None = None
+    depends_on: tuple[str, ...] = ()
+    info_url: str | None = None
+    """``/server_info`` (or ``/get_server_info``) URL read after readiness, if any."""
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes what the process does (not where it logs)."""
+        payload = {
+            "argv": list(self.argv),
+            "env": dict(sorted(self.env.items())),
+            "unset_env": sorted(self.unset_env),
+            "workdir": self.workdir,
+            "host": self.host,
+            "port": self.port,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def command_line(self) -> str:
+        """A shell line a person can paste: ``env -u X A=1 prog --flag v``."""
+        parts: list[str] = []
+        if self.env or self.unset_env:
+            parts.append("env")
+            for name in sorted(self.unset_env):
+                parts += ["-u", name]
+            parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
+        parts += list(self.argv)
+        return shlex.join(parts)
