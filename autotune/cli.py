@@ -1,0 +1,268 @@
+"""The ``autotune`` command line.
+
+Every command takes ``--study NAME`` and ``--storage URL``; the default storage is
+``sqlite:///studies/NAME.db`` and the default study file ``studies/NAME.yaml``. Errors the
+user can cause are printed as one line (file, field, allowed values) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError
+
+DEFAULT_STUDY = "dsv4-flash-sim"
+EXPORT_FORMATS = ("systemd", "env", "command", "json")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Bayesian configuration search for LLM serving deployments.",
+)
+space_app = typer.Typer(no_args_is_help=True, help="Search-space files.")
+app.add_typer(space_app, name="space")
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+StudyOpt = typer.Option(DEFAULT_STUDY, "--study", help="Study name (also selects studies/NAME.yaml).")
+StorageOpt = typer.Option(None, "--storage", help="Storage URL (default sqlite:///studies/NAME.db).")
+
+
+def _friendly(func: F) -> F:
+    """Turn AutotuneError into a one-line message and exit code 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AutotuneError as exc:
+            err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _storage_url(study: str, storage: str | None) -> str:
+    from autotune.study.storage import default_storage_url
+
+    return storage or default_storage_url(study)
+
+
+def _open_existing(study: str, storage: str | None) -> Any:
+    from autotune.study.storage import load_study, open_storage
+
+    url = _storage_url(study, storage)
+    return load_study(study, open_storage(url, create=False))
+
+
+@app.command()
+@_friendly
+def run(
+    trials: int = typer.Option(200, "--trials", min=1, help="Run until the study holds this many completed trials."),
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    study_file: Path | None = typer.Option(None, "--study-file", help="Study definition (default studies/NAME.yaml)."),
+    sampler: str | None = typer.Option(None, "--sampler", help="tpe (default), random, grid, qmc, nsga2."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
+) -> None:
+    """Run (or resume) a study: the same command continues where it stopped."""
+    from autotune.study.definition import SAMPLERS, load_study_definition
+    from autotune.study.progress import make_progress
+    from autotune.study.runner import Tuner
+
+    if sampler is not None and sampler not in SAMPLERS:
+        from autotune.errors import ConfigError
+
+        raise ConfigError(f"unknown sampler {sampler!r}", field="--sampler", allowed=SAMPLERS)
+    path = study_file or Path("studies") / f"{study}.yaml"
+    definition = load_study_definition(path)
+    url = _storage_url(study, storage)
+    progress = make_progress(quiet=quiet)
+    try:
+        tuner = Tuner(
+            definition=definition, study_name=study, storage_url=url, sampler=sampler, seed=seed, progress=progress
+        )
+        progress.message(
+            f"study {study!r} on {url}: {tuner.completed_count()} completed trials, target {trials}"
+        )
+        summary = tuner.run(n_trials=trials)
+    finally:
+        progress.close()
+    if summary.interrupted:
+        err_console.print(
+            f"interrupted after {summary.trials_run} trials this run ({summary.trials_total} in the study). "
+            f"The study is consistent; services started by this run were stopped. "
+            f"Resume with the same command: autotune run --trials {trials} --study {study}"
+        )
+        raise typer.Exit(code=130)
+    console.print(
+        f"done: {summary.trials_run} trials run in {summary.seconds:.0f}s; study holds "
+        f"{summary.trials_total}. Next: autotune best --study {study}"
+    )
+
+
+@app.command()
+@_friendly
+def best(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    export: str | None = typer.Option(None, "--export", help="systemd, env, command or json."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory for --export (default: print)."),
+) -> None:
+    """Best feasible trial, its metrics and its gain over the baseline."""
+    from autotune.errors import ConfigError
+    from autotune.export import export as do_export
+    from autotune.results import baseline_trial, best_trial, gain_over_baseline
+
+    if export is not None and export not in EXPORT_FORMATS:
+        raise ConfigError(f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS)
+    opened = _open_existing(study, storage)
+    winner = best_trial(opened)
+    if winner is None:
+        raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
+    base = baseline_trial(opened)
+    if export is None:
+        _print_best(winner, base, gain_over_baseline(winner, base))
+        return
+    if export == "systemd" and out is None:
+        raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
+    written = do_export(winner, fmt=export, out_dir=out)  # type: ignore[arg-type]
+    if isinstance(written, str):
+        sys.stdout.write(written if written.endswith("\n") else written + "\n")
+    else:
+        for path in written:
+            console.print(str(path), highlight=False)
+
+
+def _print_best(winner: Any, base: Any, gain: float | None) -> None:
+    from rich.table import Table
+
+    m = winner.metrics or {}
+    table = Table(title=f"best feasible trial #{winner.number}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("output throughput", f"{m.get('output_throughput', 0):,.1f} tok/s")
+    if base is not None and base.metrics:
+        table.add_row("baseline (trial #%d)" % base.number, f"{base.metrics.get('output_throughput', 0):,.1f} tok/s")
+    if gain is not None:
+        table.add_row("gain over baseline", f"{gain:,.1f}x")
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        if name in m:
+            d = m[name]
+            table.add_row(name.replace("_ms", "") + " (ms)", f"mean {d['mean']:.1f}  p50 {d['p50']:.1f}  p90 {d['p90']:.1f}  p99 {d['p99']:.1f}")
+    if "error_rate" in m:
+        table.add_row("error rate", f"{m['error_rate']:.3f}")
+    table.add_row("config", json.dumps(winner.config, sort_keys=True))
+    for name, svc in (winner.services or {}).items():
+        table.add_row(f"{name} command", svc.get("command", ""))
+    if winner.overrides:
+        table.add_row("server overrides", "\n".join(winner.overrides))
+    console.print(table)
+
+
+@app.command()
+@_friendly
+def report(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    out: Path | None = typer.Option(None, "--out", help="HTML file (default reports/NAME.html)."),
+) -> None:
+    """Write one self-contained HTML report (Pareto front, history, importances, top 10)."""
+    from autotune.report import write_report
+
+    opened = _open_existing(study, storage)
+    path = write_report(opened, path=out or Path("reports") / f"{study}.html")
+    console.print(f"report written: {path}", highlight=False)
+
+
+@app.command()
+@_friendly
+def dashboard(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback unless told otherwise)."),
+    port: int = typer.Option(8080, "--port"),
+) -> None:
+    """Serve optuna-dashboard on the study's storage."""
+    from autotune.dashboard import serve_dashboard
+
+    _open_existing(study, storage)
+    url = _storage_url(study, storage)
+    console.print(f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)", highlight=False)
+    serve_dashboard(url, host=host, port=port)
+
+
+@app.command()
+@_friendly
+def bench(
+    url: str = typer.Option(..., "--url", help="Base URL of an OpenAI-compatible server."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1),
+    input_len: int = typer.Option(256, "--input-len", min=1),
+    output_len: int = typer.Option(32, "--output-len", min=1),
+    requests: int | None = typer.Option(None, "--requests", min=1, help="Measured requests (default 4 x C)."),
+    duration: float | None = typer.Option(None, "--duration", help="Measure for this many seconds instead."),
+    warmup: int | None = typer.Option(None, "--warmup", min=0, help="Warm-up requests (default C)."),
+    api: str = typer.Option("completions", "--api", help="completions or chat."),
+    model: str | None = typer.Option(None, "--model"),
+    records: Path | None = typer.Option(None, "--records", help="Write raw per-request records (JSON lines)."),
+    as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+) -> None:
+    """Run the load generator alone against a server."""
+    from autotune.errors import ConfigError
+    from autotune.loadgen import LoadSpec, run_load
+    from autotune.loadgen.display import metrics_table
+
+    if api not in ("completions", "chat"):
+        raise ConfigError(f"unknown api {api!r}", field="--api", allowed=("completions", "chat"))
+    try:
+        spec = LoadSpec(
+            concurrency=concurrency,
+            input_len=input_len,
+            output_len=output_len,
+            warmup_requests=concurrency if warmup is None else warmup,
+            requests=None if duration is not None else (requests or 4 * concurrency),
+            duration_s=duration,
+            api=api,  # type: ignore[arg-type]
+            model=model,
+        )
+    except Exception as exc:  # pydantic validation of CLI values
+        raise ConfigError(str(exc).splitlines()[0], field="bench options") from None
+    result = run_load(url, spec, on_phase=lambda p: err_console.print(f"[dim]{p}[/dim]"))
+    if records is not None:
+        with records.open("w") as fh:
+            for r in result.records:
+                fh.write(json.dumps(r.model_dump(mode="json") if hasattr(r, "model_dump") else r.__dict__) + "\n")
+    if as_json:
+        sys.stdout.write(json.dumps(result.metrics.model_dump(mode="json"), indent=2) + "\n")
+    else:
+        console.print(metrics_table(result.metrics))
+
+
+@space_app.command("check")
+@_friendly
+def space_check(path: Path = typer.Argument(..., help="A search-space YAML file.")) -> None:
+    """Validate a search space and summarize it."""
+    from autotune.space import check_space
+
+    summary = check_space(path)
+    console.print(str(summary), highlight=False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

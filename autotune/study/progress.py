@@ -1,0 +1,159 @@
+"""What the user sees while a study runs: trial n/N, phase, this trial's result, best so far."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Protocol
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+
+class ProgressSink(Protocol):
+    """Receives the loop's events; the loop never prints itself."""
+
+    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None: ...
+
+    def phase(self, name: str) -> None: ...
+
+    def trial_finished(
+        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
+        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+    ) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullProgress:
+    """For tests and library use."""
+
+    def trial_started(self, **_: object) -> None:
+        pass
+
+    def phase(self, name: str) -> None:
+        pass
+
+    def trial_finished(self, **_: object) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _outcome_text(throughput: float | None, failure: str | None, reason: str | None) -> str:
+    if failure:
+        short = (reason or "").splitlines()[0][:90] if reason else ""
+        return f"infeasible [{failure}] {short}".rstrip()
+    return f"{throughput:,.1f} tok/s" if throughput is not None else "-"
+
+
+class PlainProgress:
+    """One line per trial; used when stdout is not a terminal (CI logs, pipes)."""
+
+    def __init__(self, stream: object = None) -> None:
+        self._stream = stream or sys.stdout
+        self._phase = ""
+
+    def _print(self, text: str) -> None:
+        print(text, file=self._stream, flush=True)  # type: ignore[call-overload]
+
+    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None:
+        self._prefix = f"trial {index}/{total} (#{number})"
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+
+    def trial_finished(
+        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
+        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+    ) -> None:
+        reuse = f" (reused #{reused_from})" if reused_from is not None else ""
+        best_text = f"best {best:,.1f} tok/s (#{best_number})" if best is not None else "best -"
+        self._print(
+            f"{self._prefix}: {_outcome_text(throughput, failure, reason)}{reuse} "
+            f"in {seconds:.1f}s | {best_text}"
+        )
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A live panel: trial n/N, current phase and its elapsed time, last result, best so far."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console or Console()
+        self._live = Live(self._render(), console=self._console, refresh_per_second=8, transient=False)
+        self._index = 0
+        self._total = 0
+        self._number = 0
+        self._phase = "starting"
+        self._phase_started = time.monotonic()
+        self._last = "-"
+        self._best = "-"
+        self._live.start()
+
+    def _render(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold cyan")
+        table.add_column()
+        index = getattr(self, "_index", 0)
+        total = getattr(self, "_total", 0)
+        phase = getattr(self, "_phase", "starting")
+        started = getattr(self, "_phase_started", time.monotonic())
+        table.add_row("trial", f"{index}/{total} (#{getattr(self, '_number', 0)})")
+        table.add_row("phase", f"{phase} ({time.monotonic() - started:.1f}s)")
+        table.add_row("this trial", Text(getattr(self, "_last", "-")))
+        table.add_row("best so far", Text(getattr(self, "_best", "-")))
+        return table
+
+    def _refresh(self) -> None:
+        self._live.update(self._render())
+
+    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None:
+        self._index, self._total, self._number = index, total, number
+        self._last = "running"
+        self.phase("propose")
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._phase_started = time.monotonic()
+        self._refresh()
+
+    def trial_finished(
+        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
+        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+    ) -> None:
+        reuse = f" (reused #{reused_from})" if reused_from is not None else ""
+        self._last = f"#{number}: {_outcome_text(throughput, failure, reason)}{reuse} in {seconds:.1f}s"
+        if best is not None:
+            self._best = f"{best:,.1f} tok/s (#{best_number})"
+        self._console.print(
+            f"[dim]trial {self._index}/{self._total}[/dim] {self._last}", highlight=False
+        )
+        self._refresh()
+
+    def message(self, text: str) -> None:
+        self._console.print(text, highlight=False)
+
+    def close(self) -> None:
+        self._live.stop()
+
+
+def make_progress(*, quiet: bool = False) -> ProgressSink:
+    if quiet:
+        return NullProgress()
+    if sys.stdout.isatty():
+        return RichProgress()
+    return PlainProgress()

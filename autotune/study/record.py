@@ -1,0 +1,71 @@
+"""Writing one trial's outcome into Optuna, the same way for every path.
+
+Every finished trial carries the same constraint keys and the same user attributes (the
+stored trial schema in docs/ARCHITECTURE.md), whether it was measured, refused before launch,
+crashed, or reused from an identical earlier configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass
+class TrialOutcome:
+    """Everything the loop learned about one trial."""
+
+    values: list[float]
+    constraints: dict[str, float]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> str | None:
+        return self.attrs.get("failure")
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+
+def _jsonable(value: Any) -> Any:
+    """Optuna stores attributes as JSON; NaN/inf and non-JSON types are made safe."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.loads(json.dumps(value, default=str))
+
+
+def finish_trial(
+    study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome, *, constraint_keys: list[str]
+) -> None:
+    """Set attributes and constraints, then tell the values: COMPLETE in all cases."""
+    for key, value in outcome.attrs.items():
+        if key == "log_tail" and isinstance(value, str):
+            value = value[-LOG_TAIL_CHARS:]
+        trial.set_user_attr(key, _jsonable(value))
+    ordered = [float(outcome.constraints.get(key, 0.0)) for key in constraint_keys]
+    for key, value in zip(constraint_keys, ordered):
+        trial.set_constraint(key, value)
+    # optuna-dashboard reads constraints only from the old list-valued system attribute.
+    study._storage.set_trial_system_attr(trial._trial_id, "constraints", ordered)
+    study.tell(trial, outcome.values, state=TrialState.COMPLETE)
+
+
+def fail_trial(study: optuna.Study, trial: optuna.Trial, *, failure: str, reason: str) -> None:
+    """Mark a trial FAIL (interrupted, not a property of its configuration)."""
+    trial.set_user_attr("failure", failure)
+    trial.set_user_attr("reason", reason)
+    study.tell(trial, state=TrialState.FAIL)

@@ -1,0 +1,356 @@
+"""The tuning loop: ask -> check -> render -> restart -> probe -> load -> score -> tell.
+
+One trial at a time per worker (ask/tell), so each phase can be timed, shown and recovered.
+A configuration is never launched when a forbidden rule applies, never launched twice (an
+identical earlier result is reused), and a launch that fails is completed as infeasible with
+its failure class so the sampler learns to avoid it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.deployment import Deployment, load_deployment
+from autotune.errors import BenchError, LaunchError
+from autotune.launch import Launcher, LocalLauncher
+from autotune.loadgen import LoadSpec, SLO, probe_text, run_load
+from autotune.render import render
+from autotune.space import SearchSpace, load_space
+from autotune.specs import ServiceSpec
+from autotune.study.definition import StudyDefinition
+from autotune.study.effective import fetch_effective, find_overrides
+from autotune.study.objectives import Objective
+from autotune.study.progress import NullProgress, ProgressSink
+from autotune.study.record import TrialOutcome, fail_trial, finish_trial
+from autotune.study.samplers import make_sampler
+from autotune.study.storage import create_or_load_study, open_storage
+
+REFERENCE_ATTR = "reference_output"
+
+
+@dataclass
+class RunSummary:
+    """What ``autotune run`` did in this invocation."""
+
+    study_name: str
+    storage_url: str
+    trials_run: int
+    trials_total: int
+    interrupted: bool
+    seconds: float
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the same clean path as Ctrl-C."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Tuner:
+    """Runs a study defined by a :class:`StudyDefinition` against one deployment."""
+
+    def __init__(
+        self,
+        *,
+        definition: StudyDefinition,
+        study_name: str,
+        storage_url: str,
+        sampler: str | None = None,
+        seed: int | None = None,
+        launcher: Launcher | None = None,
+        progress: ProgressSink | None = None,
+        run_dir: Path | None = None,
+    ) -> None:
+        self.definition = definition
+        self.study_name = study_name
+        self.storage_url = storage_url
+        self.space: SearchSpace = load_space(definition.resolve(definition.space))
+        self.deployment: Deployment = load_deployment(definition.resolve(definition.deployment))
+        self.objective = Objective(kind=definition.objective, slo=definition.slo)
+        self.progress = progress or NullProgress()
+        sampler_name = sampler or definition.sampler
+        self.sampler = make_sampler(
+            sampler_name,
+            seed=seed if seed is not None else definition.seed,
+            grid=self.space.grid() if sampler_name == "grid" else None,
+            multi_objective=len(self.objective.directions) > 1,
+        )
+        self.storage = open_storage(storage_url, create=True)
+        self.study = create_or_load_study(
+            study_name,
+            self.storage,
+            directions=self.objective.directions,
+            sampler=self.sampler,
+            metric_names=self.objective.metric_names,
+        )
+        self.run_dir = run_dir or self.deployment.default_run_dir(study_name)
+        self.launcher = launcher or LocalLauncher(run_dir=self.run_dir)
+        self._known: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ set-up
+
+    def _load_spec(self) -> LoadSpec:
+        load = self.definition.load
+        slo = self.definition.slo
+        return LoadSpec(
+            concurrency=load.concurrency,
+            input_len=load.input_len,
+            output_len=load.output_len,
+            warmup_requests=load.warmup_requests if load.warmup_requests is not None else load.concurrency,
+            requests=load.requests,
+            duration_s=load.duration_s,
+            max_duration_s=load.max_duration_s,
+            request_timeout_s=load.request_timeout_s,
+            api=load.api,
+            model=self.deployment.model,
+            slo=SLO(ttft_ms=slo.ttft_p99_ms, tpot_ms=slo.tpot_p99_ms, e2e_ms=slo.e2e_p99_ms),
+        )
+
+    def _recover_stale(self) -> None:
+        """Trials left RUNNING by a tuner that died are failed and their config retried."""
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self.storage.set_trial_user_attr(trial._trial_id, "failure", "interrupted")
+            self.storage.set_trial_user_attr(
+                trial._trial_id, "reason", "the tuner stopped during this trial; its config is retried"
+            )
+            self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            if trial.params:
+                self.study.enqueue_trial(
+                    trial.params, user_attrs={"retry_of": trial.number, **self._baseline_attr(trial)}
+                )
+            self.progress.message(f"trial #{trial.number} was interrupted earlier; retrying its config")
+
+    @staticmethod
+    def _baseline_attr(trial: FrozenTrial) -> dict[str, Any]:
+        return {"is_baseline": True} if trial.user_attrs.get("is_baseline") else {}
+
+    def _enqueue_baseline(self) -> None:
+        if not self.study.get_trials(deepcopy=False):
+            self.study.enqueue_trial(self.space.baseline_params(), user_attrs={"is_baseline": True})
+
+    def _index_known(self) -> None:
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            config = trial.user_attrs.get("config")
+            if config is not None and trial.user_attrs.get("failure") != "interrupted":
+                self._known.setdefault(self.space.config_key(config), trial.number)
+
+    def completed_count(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, *, n_trials: int) -> RunSummary:
+        """Run until the study holds ``n_trials`` completed trials (resumes where it stopped)."""
+        started = time.monotonic()
+        self._recover_stale()
+        self._enqueue_baseline()
+        self._index_known()
+        ran = 0
+        interrupted = False
+        try:
+            with _sigterm_as_interrupt():
+                while (done := self.completed_count()) < n_trials:
+                    self._one_trial(index=done + 1, total=n_trials)
+                    ran += 1
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if not self.definition.keep_services_running or interrupted:
+                self.launcher.stop_all()
+            self.launcher.close()
+        return RunSummary(
+            study_name=self.study_name,
+            storage_url=self.storage_url,
+            trials_run=ran,
+            trials_total=self.completed_count(),
+            interrupted=interrupted,
+            seconds=time.monotonic() - started,
+        )
+
+    def _one_trial(self, *, index: int, total: int) -> None:
+        t0 = time.monotonic()
+        trial = self.study.ask()
+        try:
+            config = self.space.suggest(trial)
+            self.progress.trial_started(number=trial.number, index=index, total=total, config=config)
+            outcome = self._evaluate(trial, config)
+        except KeyboardInterrupt:
+            fail_trial(self.study, trial, failure="interrupted", reason="stopped by the user (Ctrl-C/SIGTERM)")
+            if trial.params:
+                self.study.enqueue_trial(
+                    trial.params,
+                    user_attrs={"retry_of": trial.number, **self._baseline_attr(self.study.trials[trial.number])},
+                )
+            self.progress.message(
+                f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), its config "
+                "will be retried by the next `autotune run`; services are being stopped"
+            )
+            raise
+        elapsed = time.monotonic() - t0
+        phases = outcome.attrs.setdefault("phase_seconds", {})
+        measured = sum(v for k, v in phases.items() if k != "tuner")
+        phases["tuner"] = max(0.0, elapsed - measured)
+        phases["total"] = elapsed
+        finish_trial(self.study, trial, outcome, constraint_keys=self.objective.constraint_keys)
+        key = self.space.config_key(config)
+        if outcome.attrs.get("reused_from") is None:
+            self._known.setdefault(key, trial.number)
+        best = self._best()
+        self.progress.trial_finished(
+            number=trial.number,
+            throughput=outcome.values[0] if outcome.failure is None else None,
+            failure=outcome.failure,
+            reason=outcome.attrs.get("reason"),
+            best=best[0] if best else None,
+            best_number=best[1] if best else None,
+            seconds=elapsed,
+            reused_from=outcome.attrs.get("reused_from"),
+        )
+
+    def _best(self) -> tuple[float, int] | None:
+        best: tuple[float, int] | None = None
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("failure") or t.values is None:
+                continue
+            if any(v > 0 for v in t.system_attrs.get("constraints", [])):
+                continue
+            if best is None or t.values[0] > best[0]:
+                best = (t.values[0], t.number)
+        return best
+
+    # ------------------------------------------------------------------ one trial
+
+    def _failed(self, attrs: dict[str, Any], *, failure: str, reason: str, log_tail: str = "") -> TrialOutcome:
+        attrs.update(failure=failure, reason=reason, log_tail=log_tail)
+        return TrialOutcome(
+            values=self.objective.failed_values(),
+            constraints=self.objective.failed_constraints(),
+            attrs=attrs,
+        )
+
+    def _evaluate(self, trial: optuna.Trial, config: dict[str, Any]) -> TrialOutcome:
+        attrs: dict[str, Any] = {
+            "config": config,
+            "is_baseline": bool(trial.user_attrs.get("is_baseline", False)),
+            "deployment": self.deployment.name,
+            "failure": None,
+            "reason": None,
+            "reused_from": None,
+            "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
+        }
+
+        violations = self.space.violations(config)
+        if violations:
+            reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
+            return self._failed(attrs, failure="forbidden", reason=reason)
+
+        specs = render(self.space, self.deployment, config, run_dir=self.run_dir)
+        attrs["services"] = {
+            name: {
+                "command": spec.command_line(),
+                "argv": list(spec.argv),
+                "env": dict(spec.env),
+                "unset_env": list(spec.unset_env),
+                "fingerprint": spec.fingerprint(),
+            }
+            for name, spec in specs.items()
+        }
+
+        previous = self._known.get(self.space.config_key(config))
+        if previous is not None:
+            return self._reuse(previous, attrs)
+
+        self.progress.phase("restart")
+        t = time.monotonic()
+        try:
+            applied = self.launcher.apply(specs, on_event=lambda service, event: self.progress.phase(f"restart: {service} {event}"))
+        except LaunchError as exc:
+            attrs["phase_seconds"]["restart"] = time.monotonic() - t
+            return self._failed(attrs, failure=exc.failure, reason=f"{exc.service}: {exc.reason}", log_tail=exc.log_tail)
+        attrs["phase_seconds"]["restart"] = time.monotonic() - t
+        attrs["restarted"] = list(applied.restarted)
+
+        self.progress.phase("check")
+        effective = fetch_effective(specs)
+        attrs["effective"] = effective
+        attrs["overrides"] = find_overrides(
+            {name: self.space.settings_for(name, config) for name in specs if name in self.space.services},
+            effective,
+        )
+
+        endpoint = self.deployment.endpoint_url(specs)
+        wrong = self._check_output(endpoint, is_baseline=attrs["is_baseline"])
+        if wrong is not None:
+            return self._failed(attrs, failure="wrong_output", reason=wrong)
+
+        spec = self._load_spec()
+
+        def on_phase(name: str) -> None:
+            self.progress.phase("warm-up" if name.startswith("warm") else name)
+
+        try:
+            result = run_load(endpoint, spec, on_phase=on_phase)
+        except BenchError as exc:
+            tail = self.launcher.log_tails(specs) if hasattr(self.launcher, "log_tails") else ""
+            return self._failed(attrs, failure="bench_failed", reason=str(exc), log_tail=tail)
+        attrs["phase_seconds"]["warmup"] = result.warmup_seconds
+        attrs["phase_seconds"]["measure"] = result.measure_seconds
+        metrics = result.metrics.model_dump(mode="json")
+        attrs["metrics"] = metrics
+        return TrialOutcome(
+            values=self.objective.values(metrics),
+            constraints=self.objective.constraints(metrics),
+            attrs=attrs,
+        )
+
+    def _reuse(self, previous: int, attrs: dict[str, Any]) -> TrialOutcome:
+        """An identical configuration was already measured: copy its result, launch nothing."""
+        old = self.study.trials[previous]
+        attrs = {**{k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")}, **{
+            "config": attrs["config"], "is_baseline": attrs["is_baseline"], "reused_from": previous,
+            "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
+        }}
+        constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}
+        return TrialOutcome(values=list(old.values or self.objective.failed_values()), constraints=constraints, attrs=attrs)
+
+    def _check_output(self, endpoint: str, *, is_baseline: bool) -> str | None:
+        """None when the greedy probe's text matches the reference, else the reason."""
+        settings = self.definition.correctness
+        if not settings.enabled:
+            return None
+        self.progress.phase("correctness probe")
+        try:
+            text = probe_text(endpoint, prompt=settings.prompt, max_tokens=settings.max_tokens, model=self.deployment.model)
+        except BenchError as exc:
+            return f"correctness probe failed: {exc}"
+        reference = settings.expected or self.study.user_attrs.get(REFERENCE_ATTR)
+        if reference is None:
+            # The first healthy trial (the baseline: the deployment as it runs today) defines
+            # what correct output looks like.
+            self.study.set_user_attr(REFERENCE_ATTR, text)
+            return None
+        if text != reference:
+            return f"greedy output differs from the reference: got {text[:80]!r}, expected {reference[:80]!r}"
+        return None
+

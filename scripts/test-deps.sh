@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# System packages the test suite uses for real: systemd-analyze (exported units) and
+# Chromium (the HTML report in a real browser). Installed only when missing.
+set -euo pipefail
+need=()
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if ((${#need[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing test dependencies: ${need[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "warning: missing ${need[*]} (not root or no apt-get); the tests that need them will skip" >&2
+  fi
+fi
