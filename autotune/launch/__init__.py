@@ -1,0 +1,24 @@
+"""Starting, health-gating and stopping the services of a deployment.
+
+``Launcher.apply(specs)`` restarts only the services whose rendered spec changed, starts
+them in dependency order, waits for health, and raises ``LaunchError`` with a
+``FailureClass`` read from the log when a start fails.
+"""
+
+from __future__ import annotations
+
+from autotune.errors import LaunchError
+from autotune.launch.base import ApplyResult, EventCallback, Launcher
+from autotune.launch.classify import Classification, FailureClass, classify_log
+from autotune.launch.local import LocalLauncher
+
+__all__ = [
+    "ApplyResult",
+    "Classification",
+    "EventCallback",
+    "FailureClass",
+    "LaunchError",
+    "Launcher",
+    "LocalLauncher",
+    "classify_log",
+]

@@ -1,0 +1,409 @@
+"""Deployments: which services run, how they start, where they answer (``launchers/*.yaml``).
+
+A deployment file is the command lines as the team runs them today, without the levers
+the search space tunes; :func:`autotune.render.render` adds those per trial. Strings may
+use templates, checked when the file is loaded:
+
+* ``${python}``: the interpreter running autotune; ``${deployment}``: the deployment name;
+  ``${run_dir}``: the run directory (logs, state); ``${model}``: the ``model`` field;
+* in a service: ``${service}``, ``${host}``, ``${port}`` of that service;
+* anywhere: ``${NAME.host}`` / ``${NAME.port}`` of service NAME;
+* ``$${`` is a literal ``${``.
+
+``port: auto`` picks a free port once per :class:`Deployment` object (one tuning session),
+so fingerprints, and therefore "restart only what changed", stay stable across trials.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from autotune.errors import ConfigError
+from autotune.launch.order import DependencyError, dependency_order
+from autotune.launch.ports import pick_free_ports
+from autotune.specs import ServiceSpec
+
+PORT_AUTO = "auto"
+_NAME_RX = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_TEMPLATE_RX = re.compile(r"\$(\$?)\{([^}]*)\}")
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "launchers"
+
+
+class HealthCheck(BaseModel):
+    """Readiness: ``url`` answers HTTP 200 within ``timeout_s`` of the start."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: StrictStr = "http://${host}:${port}/health"
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class ServiceDef(BaseModel):
+    """One service as written in the file (templates unexpanded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[StrictStr] = Field(min_length=1)
+    """argv of the server; flags (``--x v`` / ``--x=v``) after the program are editable."""
+    wrapper: list[StrictStr] = Field(default_factory=list)
+    """argv put before ``command`` and never edited (``numactl --cpunodebind=0 ...``)."""
+    env: dict[str, StrictStr] = Field(default_factory=dict)
+    """Variables added to the inherited environment (values are strings: quote numbers)."""
+    host: StrictStr = "127.0.0.1"
+    port: int | Literal["auto"]
+    """Fixed port, or ``auto``: a free port chosen once per session."""
+    health: HealthCheck = Field(default_factory=HealthCheck)
+    info_url: StrictStr | None = None
+    """``/server_info`` URL: the resolved arguments, read once the service is healthy."""
+    log_file: StrictStr = "${run_dir}/${service}.log"
+    """Appended to on every start; a relative path is relative to the run directory."""
+    workdir: StrictStr | None = None
+    depends_on: list[StrictStr] = Field(default_factory=list)
+    """Services that must be healthy before this one starts (the router's workers)."""
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _port(cls, value: object) -> object:
+        if value == PORT_AUTO:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+            return value
+        raise PydanticCustomError(
+            "port",
+            "must be an integer 1..65535 or 'auto', got {value}",
+            {"value": repr(value), "allowed": ["1..65535", PORT_AUTO]},
+        )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
+            raise PydanticCustomError(
+                "host", "host {value} must be a plain name or address (no templates)",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise PydanticCustomError("command", "the program (first element) is empty", {})
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise PydanticCustomError(
+                    "env_name", "invalid environment variable name {key}", {"key": repr(key)}
+                )
+        return value
+
+
+class Deployment(BaseModel):
+    """A deployment file. Load with :func:`load_deployment`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: StrictStr = Field(pattern=_NAME_RX.pattern)
+    description: StrictStr = ""
+    endpoint: StrictStr
+    """Base URL the load goes to (usually the router), e.g. ``http://${router.host}:...``."""
+    model: StrictStr | None = None
+    """Served model name (what requests send as ``model``)."""
+    run_dir: StrictStr = "studies/runs/${deployment}"
+    services: dict[str, ServiceDef] = Field(min_length=1)
+
+    _source: Path | None = PrivateAttr(default=None)
+    _ports: dict[str, int] | None = PrivateAttr(default=None)
+
+    @field_validator("services")
+    @classmethod
+    def _service_names(cls, value: dict[str, ServiceDef]) -> dict[str, ServiceDef]:
+        for key in value:
+            if not _NAME_RX.match(key):
+                raise PydanticCustomError(
+                    "service_name",
+                    "service name {key} must be letters, digits, '_' or '-' (no dots)",
+                    {"key": repr(key)},
+                )
+        return value
+
+    # ----------------------------------------------------------------- accessors
+    @property
+    def source(self) -> Path | None:
+        """The file this deployment was loaded from."""
+        return self._source
+
+    @property
+    def file_label(self) -> str:
+        return str(self._source) if self._source else f"deployment '{self.name}'"
+
+    def ports(self) -> dict[str, int]:
+        """Port per service; ``auto`` ports are chosen on the first call and then kept."""
+        if self._ports is None:
+            fixed = {n: s.port for n, s in self.services.items() if isinstance(s.port, int)}
+            ports: dict[str, int] = dict(fixed)
+            auto = [n for n, s in self.services.items() if s.port == PORT_AUTO]
+            by_host: dict[str, list[str]] = {}
+            for n in auto:
+                by_host.setdefault(self.services[n].host, []).append(n)
+            for host, names in by_host.items():
+                bind = "127.0.0.1" if host in ("localhost", "0.0.0.0") else host
+                taken = {p for m, p in fixed.items() if self.services[m].host == host}
+                picked = pick_free_ports(bind, len(names), exclude=taken)
+                ports.update(zip(names, picked, strict=True))
+            self._ports = {n: ports[n] for n in self.services}
+        return dict(self._ports)
+
+    def default_run_dir(self, study: str | None = None) -> Path:
+        """``run_dir`` with templates expanded, absolute (relative to the working directory);
+        with ``study``, its subdirectory of that name (one state file and log set per study)."""
+        text = expand(
+            self.run_dir, {"deployment": self.name}, file=self.file_label, field="run_dir"
+        )
+        path = Path(text).expanduser().resolve()
+        return path / study if study else path
+
+    def template_context(self, *, run_dir: Path, service: str | None = None) -> dict[str, str]:
+        """Template values for a field of ``service`` (or a top-level field)."""
+        ports = self.ports()
+        ctx = {"python": sys.executable, "deployment": self.name, "run_dir": str(run_dir)}
+        for n, s in self.services.items():
+            ctx[f"{n}.host"] = s.host
+            ctx[f"{n}.port"] = str(ports[n])
+        if self.model is not None:
+            ctx["model"] = self.model
+        if service is not None:
+            svc = self.services[service]
+            ctx.update({"service": service, "host": svc.host, "port": str(ports[service])})
+        return ctx
+
+    def endpoint_url(
+        self, specs: Mapping[str, ServiceSpec] | None = None, *, run_dir: Path | None = None
+    ) -> str:
+        """The ``endpoint`` with templates resolved: where the load goes.
+
+        With ``specs`` (what :func:`autotune.render.render` returned), hosts and ports come
+        from them, i.e. from what actually runs.
+        """
+        rd = run_dir if run_dir is not None else self.default_run_dir()
+        ctx = self.template_context(run_dir=rd)
+        for name, spec in (specs or {}).items():
+            ctx[f"{name}.host"] = spec.host
+            ctx[f"{name}.port"] = str(spec.port)
+        return expand(self.endpoint, ctx, file=self.file_label, field="endpoint").rstrip("/")
+
+
+# --------------------------------------------------------------------- templates
+def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> str:
+    """Replace ``${name}``; unknown names raise ConfigError naming file, field and allowed."""
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "${" + match.group(2) + "}"
+        name = match.group(2).strip()
+        if name not in values:
+            raise ConfigError(
+                f"unknown template '${{{match.group(2)}}}' in {text!r}",
+                file=file,
+                field=field,
+                allowed=[f"${{{n}}}" for n in sorted(values)],
+            )
+        return values[name]
+
+    return _TEMPLATE_RX.sub(sub, text)
+
+
+def _global_names(dep: Deployment) -> dict[str, str]:
+    """Placeholder values for every name allowed at the top level (for checking)."""
+    names = {"python": "", "deployment": "", "run_dir": ""}
+    for n in dep.services:
+        names[f"{n}.host"] = ""
+        names[f"{n}.port"] = ""
+    if dep.model is not None:
+        names["model"] = ""
+    return names
+
+
+def _template_fields(dep: Deployment) -> list[tuple[str, str, str | None]]:
+    """(field path, text, service) for every string that may hold templates."""
+    out: list[tuple[str, str, str | None]] = [("endpoint", dep.endpoint, None)]
+    for n, s in dep.services.items():
+        base = f"services.{n}"
+        out += [(f"{base}.command[{i}]", t, n) for i, t in enumerate(s.command)]
+        out += [(f"{base}.wrapper[{i}]", t, n) for i, t in enumerate(s.wrapper)]
+        out += [(f"{base}.env.{k}", v, n) for k, v in s.env.items()]
+        out += [(f"{base}.health.url", s.health.url, n), (f"{base}.log_file", s.log_file, n)]
+        if s.info_url is not None:
+            out.append((f"{base}.info_url", s.info_url, n))
+        if s.workdir is not None:
+            out.append((f"{base}.workdir", s.workdir, n))
+    return out
+
+
+# --------------------------------------------------------------------- checks
+def _check(dep: Deployment) -> None:
+    """Cross-field rules pydantic cannot see: references, cycles, ports, templates."""
+    file = dep.file_label
+    names = list(dep.services)
+    expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir")
+    for n, s in dep.services.items():
+        for i, d in enumerate(s.depends_on):
+            if d not in dep.services or d == n:
+                why = "a service cannot depend on itself" if d == n else f"unknown service '{d}'"
+                raise ConfigError(
+                    why,
+                    file=file,
+                    field=f"services.{n}.depends_on[{i}]",
+                    allowed=[m for m in names if m != n],
+                )
+    try:
+        dependency_order({n: s.depends_on for n, s in dep.services.items()})
+    except DependencyError as exc:
+        raise ConfigError(str(exc), file=file, field=f"services.{exc.service}.depends_on") from None
+    seen: dict[tuple[str, int], str] = {}
+    for n, s in dep.services.items():
+        if isinstance(s.port, int):
+            key = (s.host, s.port)
+            if key in seen:
+                raise ConfigError(
+                    f"port {s.port} on {s.host} is already used by service '{seen[key]}'",
+                    file=file,
+                    field=f"services.{n}.port",
+                )
+            seen[key] = n
+    top = _global_names(dep)
+    for field, text, service in _template_fields(dep):
+        values = dict(top)
+        if service is not None:
+            values.update({"service": "", "host": "", "port": ""})
+        expand(text, values, file=file, field=field)
+
+
+def _allowed_keys(loc: Sequence[str | int]) -> list[str] | None:
+    """Field names valid at the mapping that holds ``loc[-1]`` (for "unknown field")."""
+    model: Any = Deployment
+    for part in loc[:-1]:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            info = model.model_fields.get(str(part))
+            if info is None:
+                return None
+            model = info.annotation
+        elif get_origin(model) is dict:
+            model = get_args(model)[1]
+        else:
+            return None
+        while get_origin(model) is Union:
+            model = next((a for a in get_args(model) if a is not type(None)), None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return None
+
+
+def _field_path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _convert(exc: ValidationError, *, file: str) -> ConfigError:
+    errors = exc.errors()
+    err = errors[0]
+    loc = tuple(p for p in err.get("loc", ()) if isinstance(p, (str, int)))
+    # Errors inside a union branch carry the branch name ("int", "literal['auto']").
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p == "int")))
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    msg = str(err.get("msg", "invalid value"))
+    allowed: list[Any] | None = ctx.get("allowed")
+    if kind == "extra_forbidden":
+        msg = "unknown field"
+        allowed = _allowed_keys(loc)
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif kind == "string_type":
+        msg += f", got {type(err.get('input')).__name__} {err.get('input')!r} (quote it)"
+    if len(errors) > 1:
+        msg += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return ConfigError(msg, file=file, field=_field_path(loc) or None, allowed=allowed)
+
+
+# --------------------------------------------------------------------- loading
+def parse_deployment(data: object, *, file: str | Path) -> Deployment:
+    """Validate parsed YAML; every problem is a ConfigError naming ``file``."""
+    label = str(file)
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"expected a mapping at the top level, got {type(data).__name__}", file=label
+        )
+    try:
+        dep = Deployment.model_validate(data)
+    except ValidationError as exc:
+        raise _convert(exc, file=label) from None
+    dep._source = Path(file)
+    _check(dep)
+    return dep
+
+
+def available_deployments(search_dirs: Sequence[Path] | None = None) -> dict[str, Path]:
+    """Deployment name (file stem) -> file, first directory wins."""
+    found: dict[str, Path] = {}
+    for directory in search_dirs if search_dirs is not None else _default_dirs():
+        if directory.is_dir():
+            for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def _default_dirs() -> list[Path]:
+    return [Path.cwd() / "launchers", BUNDLED_DIR]
+
+
+def load_deployment(
+    path_or_name: str | Path, *, search_dirs: Sequence[Path] | None = None
+) -> Deployment:
+    """Load a deployment from a file path, or by name from ``launchers/`` (working directory
+    first, then the bundled ones)."""
+    path = Path(path_or_name).expanduser()
+    if not path.is_file():
+        known = available_deployments(search_dirs)
+        if str(path_or_name) in known:
+            path = known[str(path_or_name)]
+        else:
+            raise ConfigError(
+                f"no deployment file or bundled deployment named '{path_or_name}'",
+                field="deployment",
+                allowed=sorted(known),
+            )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"invalid YAML{where}: {problem}", file=str(path)) from None
+    return parse_deployment(data, file=path)

@@ -1,0 +1,104 @@
+"""Why a service failed to start, read from its log.
+
+A crashed trial teaches the tuner something only if the reason is kept: an OOM says "less
+memory", a rejected flag says "forbidden combination", an NCCL hang says "transport". The
+patterns below are real messages from PyTorch, NCCL, SGLang, Hugging Face and uvicorn.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import NamedTuple
+
+
+class FailureClass(str, Enum):
+    """Failure classes stored with a trial (``trial.user_attrs["failure"]``)."""
+
+    cuda_oom = "cuda_oom"
+    nccl_error = "nccl_error"
+    port_in_use = "port_in_use"
+    model_path_missing = "model_path_missing"
+    cuda_error = "cuda_error"
+    config_rejected = "config_rejected"
+    readiness_timeout = "readiness_timeout"
+    exited = "exited"
+    unknown = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Classification(NamedTuple):
+    """The class of a failure and the log line that shows it ("" when nothing matched)."""
+
+    failure: FailureClass
+    line: str
+
+
+# (priority, class, pattern). The highest priority match anywhere in the text wins: an OOM
+# reported through NCCL ("Cuda failure 'out of memory'") is an OOM, not an NCCL problem; a
+# generic "ValueError:" only counts when nothing more specific is there.
+_PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
+    (prio, cls, re.compile(rx, re.IGNORECASE))
+    for prio, cls, rx in (
+        (100, FailureClass.cuda_oom, r"OutOfMemoryError: CUDA out of memory"),
+        (95, FailureClass.cuda_oom, r"CUDA out of memory"),
+        (95, FailureClass.cuda_oom, r"CUDA error: out of memory"),
+        (95, FailureClass.cuda_oom, r"Cuda failure '?out of memory"),
+        (90, FailureClass.cuda_oom, r"Not enough memory\. Please try to increase --mem-fraction"),
+        (85, FailureClass.nccl_error, r"Watchdog caught collective operation timeout"),
+        (85, FailureClass.nccl_error, r"NCCL WARN .*time(d)?[ -]?out"),
+        (80, FailureClass.nccl_error, r"NCCL error"),
+        (80, FailureClass.nccl_error, r"nccl(UnhandledCuda|System|Internal|InvalidUsage)Error"),
+        (80, FailureClass.nccl_error, r"ncclRemoteError"),
+        (75, FailureClass.port_in_use, r"Address already in use"),
+        (75, FailureClass.port_in_use, r"\[Errno 98\]"),
+        (70, FailureClass.model_path_missing, r"does not appear to have a file named config\.json"),
+        (70, FailureClass.model_path_missing, r"OSError: .*Repo id must be"),
+        (70, FailureClass.model_path_missing, r"HFValidationError: .*Repo id must be"),
+        (70, FailureClass.model_path_missing, r"No such file or directory: '/models/"),
+        (70, FailureClass.model_path_missing, r"Can't load the configuration of '"),
+        (70, FailureClass.model_path_missing, r"Incorrect path_or_model_id"),
+        (60, FailureClass.config_rejected, r"error: unrecognized arguments"),
+        (60, FailureClass.config_rejected, r"error: argument --?[\w-]+"),
+        (60, FailureClass.config_rejected, r"ValueError: .*(is )?not supported"),
+        (55, FailureClass.cuda_error, r"CUDA driver version is insufficient"),
+        (55, FailureClass.cuda_error, r"RuntimeError: CUDA error:"),
+        (55, FailureClass.cuda_error, r"No CUDA GPUs are available"),
+        (55, FailureClass.cuda_error, r"CUDA error: (an illegal memory access|device-side assert)"),
+        (10, FailureClass.config_rejected, r"^\s*(\w+\.)*ValueError: "),
+    )
+)
+
+#: Classes worth failing on while the process is still alive: after these, SGLang's main
+#: process often hangs instead of exiting (its scheduler subprocess died).
+FATAL_WHILE_ALIVE: frozenset[FailureClass] = frozenset(
+    {FailureClass.cuda_oom, FailureClass.nccl_error, FailureClass.cuda_error}
+)
+
+
+def classify_line(line: str) -> tuple[int, FailureClass] | None:
+    """Priority and class of the best pattern matching one line, or None."""
+    best: tuple[int, FailureClass] | None = None
+    for prio, cls, rx in _PATTERNS:
+        if (best is None or prio > best[0]) and rx.search(line):
+            best = (prio, cls)
+    return best
+
+
+def classify_log(text: str) -> Classification:
+    """Classify a log (the output since the service's last start).
+
+    The most specific match wins; among equally specific ones the first line (the root
+    cause usually comes before the errors that follow from it). ``unknown`` with an empty
+    line when nothing matched.
+    """
+    best: tuple[int, FailureClass, str] | None = None
+    for raw in text.splitlines():
+        hit = classify_line(raw)
+        if hit is not None and (best is None or hit[0] > best[0]):
+            best = (hit[0], hit[1], raw.strip())
+    if best is None:
+        return Classification(FailureClass.unknown, "")
+    return Classification(best[1], best[2])

@@ -1,0 +1,148 @@
+"""Deployment files: bundled ones load; every mistake is a ConfigError naming file/field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autotune.deployment import available_deployments, load_deployment
+from autotune.errors import ConfigError
+
+GOOD = """
+name: tiny
+endpoint: http://${router.host}:${router.port}
+services:
+  worker:
+    command: ["${python}", -m, http.server, --bind, "${host}", "${port}"]
+    port: auto
+  router:
+    command: [router, --worker, "http://${worker.host}:${worker.port}", --port, "${port}"]
+    port: 18000
+    depends_on: [worker]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dep.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> ConfigError:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_deployment(path)
+    assert info.value.file == str(path)
+    assert str(path) in str(info.value)
+    return info.value
+
+
+def test_bundled_deployments_load() -> None:
+    names = available_deployments()
+    assert {"sim-dsv4-flash-pd", "dsv4-flash-pd-local"} <= set(names)
+    sim = load_deployment("sim-dsv4-flash-pd")
+    assert list(sim.services) == ["prefill", "decode", "router"]
+    assert sim.services["router"].depends_on == ["prefill", "decode"]
+    assert sim.model == "deepseek-ai/DeepSeek-V4-Flash"
+    real = load_deployment("dsv4-flash-pd-local")
+    assert real.services["prefill"].wrapper == ["numactl", "--cpunodebind=0", "--membind=0"]
+    assert real.services["decode"].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert real.endpoint_url() == "http://127.0.0.1:8000"
+
+
+def test_auto_ports_are_free_distinct_and_stable(tmp_path: Path) -> None:
+    dep = load_deployment(write(tmp_path, GOOD))
+    ports = dep.ports()
+    assert ports["router"] == 18000 and ports["worker"] not in (0, 18000)
+    assert dep.ports() == ports  # chosen once per Deployment object
+    assert dep.endpoint_url() == "http://127.0.0.1:18000"
+
+
+def test_run_dir_and_endpoint_from_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    dep = load_deployment(write(tmp_path, GOOD))
+    assert dep.default_run_dir() == tmp_path / "studies" / "runs" / "tiny"
+    assert dep.default_run_dir("s1") == tmp_path / "studies" / "runs" / "tiny" / "s1"
+    from autotune.render import render
+
+    specs = render(None, dep, {}, run_dir=tmp_path)
+    moved = {**specs, "router": specs["router"].model_copy(update={"port": 18001})}
+    assert dep.endpoint_url(moved) == "http://127.0.0.1:18001"
+
+
+def test_unknown_name_lists_bundled(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_deployment("no-such-deployment")
+    assert info.value.field == "deployment"
+    assert "sim-dsv4-flash-pd" in (info.value.allowed or [])
+
+
+def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "name: x\nservices:\n  a: [1, 2\n  b: 3\n")
+    assert "invalid YAML at line" in str(err)
+
+
+def test_top_level_must_be_mapping(tmp_path: Path) -> None:
+    assert "expected a mapping" in str(error_for(tmp_path, "- 1\n- 2\n"))
+
+
+def test_unknown_key_lists_allowed(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("    port: auto", "    port: auto\n    prot: 1"))
+    assert err.field == "services.worker.prot"
+    assert err.allowed is not None and "port" in err.allowed and "depends_on" in err.allowed
+    err = error_for(tmp_path, GOOD.replace("name: tiny", "name: tiny\nendpoints: x"))
+    assert err.field == "endpoints" and "endpoint" in (err.allowed or [])
+
+
+def test_template_unknown_name(tmp_path: Path) -> None:
+    typo = GOOD.replace('"${port}"]\n    port: auto', '"${prot}"]\n    port: auto')
+    err = error_for(tmp_path, typo)
+    assert err.field == "services.worker.command[5]"
+    assert "${prot}" in str(err) and "${port}" in (err.allowed or [])
+    assert "${worker.port}" in (err.allowed or [])
+    # ${host}/${port} only exist inside a service
+    err = error_for(tmp_path, GOOD.replace("http://${router.host}", "http://${host}"))
+    assert err.field == "endpoint" and "${host}" not in (err.allowed or [])
+    # ${model} only when model is set
+    err = error_for(tmp_path, GOOD.replace("--port, ", "--model, '${model}', --port, "))
+    assert err.field == "services.router.command[4]"
+
+
+def test_depends_on_unknown_and_cycle(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("depends_on: [worker]", "depends_on: [wrker]"))
+    assert err.field == "services.router.depends_on[0]" and err.allowed == ["worker"]
+    cyc = GOOD.replace("    port: auto", "    port: auto\n    depends_on: [router]")
+    err = error_for(tmp_path, cyc)
+    assert "cycle" in str(err) and "worker -> router -> worker" in str(err)
+    err = error_for(tmp_path, GOOD.replace("depends_on: [worker]", "depends_on: [router]"))
+    assert "itself" in str(err)
+
+
+def test_ports_unique_per_host(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("port: auto", "port: 18000"))
+    assert err.field == "services.router.port" and "worker" in str(err)
+    other_host = GOOD.replace("port: auto", "port: 18000\n    host: 127.0.0.2")
+    assert load_deployment(write(tmp_path, other_host)).ports()["worker"] == 18000
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("port: auto", "port: 70000", "services.worker.port", "1..65535"),
+        ("port: auto", "port: automatic", "services.worker.port", "auto"),
+        ('command: ["${python}", -m, http.server, --bind, "${host}", "${port}"]',
+         "command: []", "services.worker.command", "at least 1"),
+        ("--port, ", "--port, 8, ", "services.router.command[4]", "quote it"),
+        ("    port: 18000\n", "", "services.router.port", "required"),
+        ("name: tiny", "name: 'tiny dep'", "name", "pattern"),
+    ],
+)
+def test_field_errors(
+    tmp_path: Path, old: str, new: str, field: str, words: str
+) -> None:
+    assert old in GOOD
+    err = error_for(tmp_path, GOOD.replace(old, new, 1))
+    assert err.field == field
+    assert words in str(err)
