@@ -1,0 +1,62 @@
+"""Serving optuna-dashboard on a study's storage, bound to loopback unless told otherwise.
+
+The dashboard can edit and delete studies, so it listens on 127.0.0.1 by default; reach it
+from elsewhere through an SSH tunnel (``ssh -L 8080:127.0.0.1:8080 host``) rather than by
+binding a public address.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.errors import ConfigError, StorageError
+
+
+def serve_dashboard(
+    storage_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    artifact_dir: Path | str | None = None,
+) -> None:
+    """Run optuna-dashboard until interrupted (blocks; Ctrl-C returns normally).
+
+    Raises :class:`StorageError` when the storage cannot be opened (a missing SQLite file
+    is refused rather than silently created) and :class:`ConfigError` when the address
+    cannot be bound.
+    """
+    import optuna
+    from optuna_dashboard import run_server
+
+    _check_sqlite_exists(storage_url)
+    try:
+        storage = optuna.storages.get_storage(storage_url)
+    except Exception as exc:  # sqlalchemy / driver errors have no common base class
+        raise StorageError(f"cannot open storage {storage_url!r}: {exc}") from exc
+    store = None
+    if artifact_dir is not None:
+        from optuna.artifacts import FileSystemArtifactStore
+
+        directory = Path(artifact_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        store = FileSystemArtifactStore(str(directory))
+    try:
+        run_server(storage, host=host, port=port, artifact_store=store)
+    except KeyboardInterrupt:
+        return
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}",
+            field="port",
+        ) from exc
+
+
+def _check_sqlite_exists(storage_url: str) -> None:
+    prefix = "sqlite:///"
+    if not storage_url.startswith(prefix):
+        return
+    path = storage_url[len(prefix) :].split("?", 1)[0]
+    if path in ("", ":memory:"):
+        raise StorageError(f"{storage_url!r}: an in-memory database holds no study to show")
+    if not Path(path).is_file():
+        raise StorageError(f"{storage_url!r}: no such database file {path!r}")

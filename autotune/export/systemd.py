@@ -1,0 +1,345 @@
+"""The winning trial as systemd units, drop-ins, an install script and a README.
+
+Quoting follows systemd.exec(5), systemd.service(5) and systemd.syntax(7):
+
+* ``Environment="NAME=value"``: one quoted assignment per line; inside double quotes C escapes
+  apply (``\\\\`` and ``\\"``), specifiers are expanded everywhere (``%`` -> ``%%``), and ``$``
+  has no meaning there.
+* ``ExecStart=``: words are split on whitespace and unquoted like ``Environment=``, specifiers
+  apply (``%%``) and ``$VAR`` / ``${VAR}`` are substituted at start, so a literal ``$`` is
+  written ``$$``. A lone ``;`` would separate commands; quoting it (``";"``) keeps it literal.
+* A newline or other control character cannot be carried by a unit file setting at all: it is
+  refused with a :class:`~autotune.errors.ConfigError` rather than silently changed.
+
+systemd starts services with a clean environment: only the variables of the trial (and
+systemd's own) are set, which is what the tuner measured for the variables it controls.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+from autotune.errors import ConfigError
+from autotune.export.topology import dependencies, start_order
+from autotune.results import ServiceRecord, TrialResult
+
+DEFAULT_READY_TIMEOUT_S = 600.0
+"""Start-up budget when the study did not store one (ServiceSpec's default)."""
+RESTART_SEC = 10
+LIMIT_NOFILE = 1048576
+DROPIN_NAME = "50-autotune.conf"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UNIT_CHARS = re.compile(r"^[A-Za-z0-9:_.@-]+$")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def export_systemd(
+    trial: TrialResult,
+    *,
+    out_dir: Path,
+    unit_prefix: str = "autotune-",
+    user: str | None = None,
+    working_directory: str | Path | None = None,
+) -> list[Path]:
+    """Write ``units/``, ``dropins/``, ``install.sh`` and ``README.txt`` under ``out_dir``.
+
+    Returns the written files. Raises :class:`ConfigError` for values a unit file cannot
+    carry (newlines), executables that cannot be resolved to an absolute path, and invalid
+    unit or variable names.
+    """
+    if not trial.services:
+        raise ConfigError(f"trial {trial.number} has no services to export", field="services")
+    if user is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?", user):
+        raise ConfigError(f"invalid user name {user!r}", field="user")
+    workdir = str(working_directory) if working_directory is not None else None
+    if workdir is not None and not os.path.isabs(workdir):
+        raise ConfigError(
+            f"working directory must be an absolute path, got {workdir!r}",
+            field="working_directory",
+        )
+    units = {name: _unit_name(unit_prefix, name) for name in trial.services}
+    deps = dependencies(trial.services)
+    order = start_order(trial.services)
+
+    rendered: dict[str, tuple[str, str]] = {}
+    for name, rec in trial.services.items():
+        service_lines = _service_lines(
+            name, rec, user=user, workdir=workdir if workdir is not None else rec.workdir
+        )
+        rendered[name] = (
+            _unit_text(trial, name, [units[d] for d in deps[name]], service_lines),
+            _dropin_text(trial, name, rec, service_lines),
+        )
+
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for name in order:
+        unit_text, dropin_text = rendered[name]
+        unit_path = out_dir / "units" / units[name]
+        dropin_path = out_dir / "dropins" / f"{units[name]}.d" / DROPIN_NAME
+        for path, text in ((unit_path, unit_text), (dropin_path, dropin_text)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    script = out_dir / "install.sh"
+    script.write_text(_install_script(trial, [units[n] for n in order]), encoding="utf-8")
+    script.chmod(0o755)
+    readme = out_dir / "README.txt"
+    readme.write_text(_readme(trial, units, order), encoding="utf-8")
+    return [*written, script, readme]
+
+
+def environment_line(name: str, value: str, *, service: str = "") -> str:
+    """``Environment="NAME=value"`` with systemd escaping; refuses what cannot be written."""
+    _check_env_name(name, service=service)
+    _check_text(value, what=f"environment variable {name}", service=service)
+    return f'Environment="{_escape(f"{name}={value}", dollar=False)}"'
+
+
+def exec_line(argv: list[str], *, service: str = "", key: str = "ExecStart") -> str:
+    """``ExecStart=/abs/prog arg ...``; argv[0] must already be absolute."""
+    for arg in argv:
+        _check_text(arg, what="command-line argument", service=service)
+    return f"{key}=" + " ".join(_exec_word(arg) for arg in argv)
+
+
+def resolve_executable(argv0: str, *, service: str) -> str:
+    """Absolute path of argv[0] (``shutil.which``); systemd does not search a user's PATH."""
+    found = shutil.which(argv0)
+    if found is None:
+        raise ConfigError(
+            f"service '{service}': executable '{argv0}' not found or not executable; "
+            "ExecStart= needs an absolute path to an existing program (export on the "
+            "machine that runs the service, or put the program on PATH)",
+            field=f"services.{service}.argv[0]",
+        )
+    return os.path.abspath(found)
+
+
+def _unit_name(prefix: str, service: str) -> str:
+    name = f"{prefix}{service}.service"
+    if not _UNIT_CHARS.fullmatch(f"{prefix}{service}"):
+        raise ConfigError(
+            f"'{name}' is not a valid unit name (letters, digits, ':', '_', '.', '-', '@')",
+            field="unit_prefix",
+        )
+    return name
+
+
+def _check_env_name(name: str, *, service: str) -> None:
+    if not _ENV_NAME.fullmatch(name):
+        raise ConfigError(
+            f"service '{service}': '{name}' is not a valid environment variable name",
+            field=f"services.{service}.env",
+        )
+
+
+def _check_text(value: str, *, what: str, service: str) -> None:
+    if "\n" in value or "\r" in value:
+        raise ConfigError(
+            f"service '{service}': {what} {value!r} contains a newline, which a systemd unit "
+            "file cannot carry; use an EnvironmentFile= or a wrapper script instead",
+            field=f"services.{service}",
+        )
+    if _CONTROL.search(value):
+        raise ConfigError(
+            f"service '{service}': {what} {value!r} contains a control character, which a "
+            "systemd unit file cannot carry",
+            field=f"services.{service}",
+        )
+
+
+def _escape(text: str, *, dollar: bool) -> str:
+    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\t", "\\t")
+    return out.replace("$", "$$") if dollar else out
+
+
+def _exec_word(word: str) -> str:
+    if _SAFE_WORD.fullmatch(word):
+        return word
+    return f'"{_escape(word, dollar=True)}"'
+
+
+def _service_lines(
+    name: str, rec: ServiceRecord, *, user: str | None, workdir: str | None
+) -> dict[str, list[str]]:
+    """Shared [Service] settings of unit and drop-in, grouped by purpose."""
+    if not rec.argv:
+        raise ConfigError(f"service '{name}' has an empty argv", field=f"services.{name}.argv")
+    both = sorted(set(rec.env) & set(rec.unset_env))
+    if both:
+        raise ConfigError(
+            f"service '{name}': variables both set and unset: {both}",
+            field=f"services.{name}.unset_env",
+        )
+    env = [environment_line(k, v, service=name) for k, v in sorted(rec.env.items())]
+    unset: list[str] = []
+    if rec.unset_env:
+        for var in sorted(rec.unset_env):
+            _check_env_name(var, service=name)
+        unset = ["UnsetEnvironment=" + " ".join(sorted(rec.unset_env))]
+    argv = [resolve_executable(rec.argv[0], service=name), *rec.argv[1:]]
+    ready = rec.ready_timeout_s if rec.ready_timeout_s is not None else DEFAULT_READY_TIMEOUT_S
+    identity: list[str] = []
+    if user is not None:
+        identity.append(f"User={user}")
+    if workdir is not None:
+        _check_text(workdir, what="working directory", service=name)
+        identity.append("WorkingDirectory=" + workdir.replace("%", "%%"))
+    return {
+        "identity": identity,
+        "env": env + unset,
+        "exec": [exec_line(argv, service=name)],
+        # Model loading happens after start; give it the readiness budget plus half again.
+        "timeout": [f"TimeoutStartSec={max(90, math.ceil(ready * 1.5))}"],
+    }
+
+
+def _header(trial: TrialResult, service: str) -> list[str]:
+    thr = f"{trial.throughput:.1f} tok/s" if trial.throughput is not None else "n/a"
+    return [
+        f"# Generated by autotune: service '{service}' of trial {trial.number} "
+        f"(output throughput {thr}).",
+        f"# Deployment: {trial.deployment or 'unknown'}. Do not edit; re-export instead.",
+    ]
+
+
+def _unit_text(
+    trial: TrialResult, service: str, needs: list[str], lines: dict[str, list[str]]
+) -> str:
+    after = " ".join(["network-online.target", *needs])
+    unit = [
+        "[Unit]",
+        f"Description=autotune {service} (trial {trial.number})",
+        f"After={after}",
+        "Wants=network-online.target",
+    ]
+    if needs:
+        # Requires=: a restart or stop of a worker restarts or stops this service too.
+        unit.append("Requires=" + " ".join(needs))
+    body = [
+        *_header(trial, service),
+        *unit,
+        "",
+        "[Service]",
+        "Type=simple",
+        *lines["identity"],
+        *lines["env"],
+        *lines["exec"],
+        "Restart=on-failure",
+        f"RestartSec={RESTART_SEC}",
+        *lines["timeout"],
+        "KillMode=control-group",
+        f"LimitNOFILE={LIMIT_NOFILE}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(body) + "\n"
+
+
+def _dropin_text(
+    trial: TrialResult, service: str, rec: ServiceRecord, lines: dict[str, list[str]]
+) -> str:
+    body = [
+        *_header(trial, service),
+        "# Drop-in for an existing unit: later Environment= assignments of a name override",
+        "# earlier ones; the empty ExecStart= clears the unit's command before the new one.",
+        "[Service]",
+        *lines["env"],
+        "ExecStart=",
+        *lines["exec"],
+        *lines["timeout"],
+    ]
+    return "\n".join(body) + "\n"
+
+
+def _install_script(trial: TrialResult, ordered_units: list[str]) -> str:
+    units = " ".join(shlex.quote(u) for u in ordered_units)
+    return f"""#!/bin/sh
+# Install the services of autotune trial {trial.number} and restart them in dependency order.
+#   ./install.sh            full units      -> $UNIT_DIR/NAME.service (and enable them)
+#   ./install.sh dropins    drop-ins        -> $UNIT_DIR/NAME.service.d/{DROPIN_NAME}
+# UNIT_DIR defaults to /etc/systemd/system; SYSTEMCTL to systemctl.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+UNIT_DIR=${{UNIT_DIR:-/etc/systemd/system}}
+SYSTEMCTL=${{SYSTEMCTL:-systemctl}}
+MODE=${{1:-units}}
+UNITS="{units}"
+
+case "$MODE" in
+  units)
+    for unit in $UNITS; do
+      install -D -m 0644 "$HERE/units/$unit" "$UNIT_DIR/$unit"
+    done
+    ;;
+  dropins)
+    for unit in $UNITS; do
+      install -D -m 0644 "$HERE/dropins/$unit.d/{DROPIN_NAME}" \\
+        "$UNIT_DIR/$unit.d/{DROPIN_NAME}"
+    done
+    ;;
+  *)
+    echo "usage: $0 [units|dropins]" >&2
+    exit 2
+    ;;
+esac
+
+$SYSTEMCTL daemon-reload
+if [ "$MODE" = units ]; then
+  $SYSTEMCTL enable $UNITS
+fi
+for unit in $UNITS; do
+  echo "restarting $unit"
+  $SYSTEMCTL restart "$unit"
+done
+echo "done; logs: journalctl -u UNIT -n 200 --no-pager"
+"""
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    return f"{value:.2f} {unit}" if value is not None else "n/a"
+
+
+def _readme(trial: TrialResult, units: dict[str, str], order: list[str]) -> str:
+    m = trial.metrics
+    lines = [
+        f"autotune export: trial {trial.number}",
+        "",
+        f"state: {trial.state}   feasible: {trial.feasible}   baseline: {trial.is_baseline}",
+        f"deployment: {trial.deployment or 'unknown'}",
+        f"output throughput: {_fmt(trial.throughput, 'tok/s')}",
+        f"TPOT p99: {_fmt(trial.tpot_p99_ms, 'ms')}",
+    ]
+    for key, label in (("ttft_ms", "TTFT p99"), ("e2e_ms", "E2E p99")):
+        sub = m.get(key)
+        if isinstance(sub, dict) and isinstance(sub.get("p99"), (int, float)):
+            lines.append(f"{label}: {sub['p99']:.2f} ms")
+    for key in ("request_throughput", "error_rate", "goodput", "completed", "failed"):
+        if key in m:
+            lines.append(f"{key}: {m[key]}")
+    lines += ["", "configuration:"]
+    lines += [f"  {k} = {v}" for k, v in sorted(trial.config.items())]
+    lines += ["", "services (start order):"]
+    lines += [f"  {n}: units/{units[n]}  dropins/{units[n]}.d/{DROPIN_NAME}" for n in order]
+    lines += [
+        "",
+        "install the full units:           sudo ./install.sh",
+        "or only override existing units:  sudo ./install.sh dropins",
+        "  (drop-ins are named after the generated units; rename the NAME.service.d",
+        "   directory to your own unit's name if it differs)",
+        "logs: journalctl -u UNIT -n 200 --no-pager",
+        "",
+        "note: systemd starts services with a clean environment; the units set exactly the",
+        "variables the trial set (Environment=) and remove the ones it removed",
+        "(UnsetEnvironment=).",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,471 @@
+"""A self-contained HTML report of a study: one file, plotly.js inlined, no network access.
+
+Everything is read through :mod:`autotune.results` (the stored trial schema). Every value that
+comes from the study (configuration, commands, failure reasons) is HTML-escaped; plotly
+escapes ``<`` and ``/`` inside its JSON, so a planted ``</script>`` cannot end a script block.
+Sections degrade to a sentence when there is nothing to show (no trials, no feasible trial,
+too few trials for importances).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import optuna
+import plotly.graph_objects as go
+from optuna.trial import TrialState
+from plotly.offline import get_plotlyjs
+
+from autotune.export.formats import command_line
+from autotune.results import (
+    TrialResult,
+    baseline_trial,
+    best_trial,
+    gain_over_baseline,
+    load_results,
+)
+
+PHASES: tuple[str, ...] = ("restart", "warmup", "measure", "tuner")
+PHASE_LABELS = {"restart": "restart", "warmup": "warm-up", "measure": "measure", "tuner": "tuner"}
+MIN_IMPORTANCE_TRIALS = 5
+"""Below this many feasible trials importances are noise; the section says so instead."""
+TOP_N = 10
+
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;
+max-width:1200px;color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:.3em .6em;
+text-align:left;vertical-align:top}th{background:#f4f4f4}td.num{text-align:right}
+pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:.85em}
+pre.cfg{white-space:pre;word-break:normal}
+.note{color:#666;font-style:italic}.plot{height:460px}
+"""
+
+
+def write_report(study: optuna.Study, *, path: Path) -> Path:
+    """Render ``study`` into one HTML file at ``path`` (parent directories created)."""
+    results = load_results(study)
+    best = best_trial(study)
+    baseline = baseline_trial(study)
+    sections = [
+        _summary(study, results, best, baseline),
+        _pareto(results, best, baseline),
+        _history(results),
+        _importance(study, results),
+        _time_breakdown(results),
+        _failures(results),
+        _top_table(results, baseline),
+    ]
+    title = f"autotune report: {study.study_name}"
+    doc = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n"
+        f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n'
+        f"<h1>{_e(title)}</h1>\n"
+        f'<p class="note">generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}</p>\n'
+        + "\n".join(sections)
+        + "\n</body>\n</html>\n"
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc, encoding="utf-8")
+    return path
+
+
+# --- sections -----------------------------------------------------------------------------
+
+
+def _summary(
+    study: optuna.Study,
+    results: list[TrialResult],
+    best: TrialResult | None,
+    baseline: TrialResult | None,
+) -> str:
+    states = Counter(r.state for r in results)
+    names = study.metric_names or ["output_throughput_tok_s"]
+    objectives = ", ".join(
+        f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions, strict=False)
+    )
+    deployments = sorted({r.deployment for r in results if r.deployment})
+    rows = [
+        ("study", study.study_name),
+        ("objectives", objectives),
+        ("deployment", ", ".join(deployments) or "n/a"),
+        ("trials", str(len(results))),
+        ("by state", ", ".join(f"{k}: {v}" for k, v in sorted(states.items())) or "none"),
+        ("feasible", str(sum(r.feasible for r in results))),
+    ]
+    parts = [_section_open("summary", "Summary"), _kv_table(rows)]
+    compare: list[tuple[str, TrialResult]] = []
+    if baseline is not None:
+        compare.append(("baseline", baseline))
+    if best is not None:
+        compare.append(("best", best))
+    if compare:
+        head = ["", "trial", "feasible", "output tok/s", "TPOT p99 ms", "gain vs baseline"]
+        body = []
+        for label, r in compare:
+            gain = gain_over_baseline(r, baseline) if label == "best" else None
+            body.append(
+                [
+                    _e(label),
+                    str(r.number),
+                    "yes" if r.feasible else "no",
+                    _num(r.throughput),
+                    _num(r.tpot_p99_ms),
+                    _ratio(gain) if label == "best" else "",
+                ]
+            )
+        parts.append(_table(head, body, numeric={3, 4, 5}))
+    if best is None:
+        parts.append(_note("No feasible trial: nothing to deploy yet."))
+    if baseline is None:
+        parts.append(_note("No baseline trial (user attribute is_baseline) in this study."))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _pareto(
+    results: list[TrialResult], best: TrialResult | None, baseline: TrialResult | None
+) -> str:
+    head = _section_open("pareto", "Throughput vs TPOT p99 (Pareto front)")
+    points = [r for r in results if r.measured and r.tpot_p99_ms is not None]
+    if not points:
+        return head + _note("No measured trial with throughput and TPOT p99 yet.") + "</section>"
+    fig = go.Figure()
+    feasible = [r for r in points if r.feasible]
+    infeasible = [r for r in points if not r.feasible]
+    for group, name, marker in (
+        (feasible, "feasible", {"color": "#1f77b4", "size": 9}),
+        (infeasible, "infeasible (constraint violated)", {"color": "#d62728", "symbol": "x"}),
+    ):
+        if group:
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.throughput for r in group],
+                    y=[r.tpot_p99_ms for r in group],
+                    mode="markers",
+                    name=name,
+                    marker=marker,
+                    text=[_hover(r) for r in group],
+                    hoverinfo="text",
+                )
+            )
+    front = _front(feasible)
+    if front:
+        fig.add_trace(
+            go.Scatter(
+                x=[r.throughput for r in front],
+                y=[r.tpot_p99_ms for r in front],
+                mode="lines+markers",
+                name="Pareto front (feasible)",
+                line={"color": "#2ca02c", "shape": "vh"},
+                marker={"color": "#2ca02c", "size": 11, "symbol": "diamond-open"},
+                hoverinfo="skip",
+            )
+        )
+    for label, r, symbol in (("baseline", baseline, "star"), ("best", best, "star-diamond")):
+        if r is not None and r in points:
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.throughput],
+                    y=[r.tpot_p99_ms],
+                    mode="markers",
+                    name=f"{label} (trial {r.number})",
+                    marker={"size": 16, "symbol": symbol, "line": {"width": 1}},
+                    hoverinfo="skip",
+                )
+            )
+    fig.update_layout(
+        xaxis_title="output throughput (tok/s, higher is better)",
+        yaxis_title="TPOT p99 (ms, lower is better)",
+    )
+    skipped = len([r for r in results if r.complete]) - len(points)
+    extra = _note(f"{skipped} trial(s) without a measurement (failed) are not plotted.")
+    return head + _plot(fig, "plot-pareto") + (extra if skipped > 0 else "") + "</section>"
+
+
+def _history(results: list[TrialResult]) -> str:
+    head = _section_open("history", "Optimization history")
+    done = [r for r in results if r.complete and r.throughput is not None]
+    if not done:
+        return head + _note("No completed trial yet.") + "</section>"
+    fig = go.Figure()
+    feasible = [r for r in done if r.feasible]
+    infeasible = [r for r in done if not r.feasible]
+    if feasible:
+        fig.add_trace(
+            go.Scatter(
+                x=[r.number for r in feasible],
+                y=[r.throughput for r in feasible],
+                mode="markers",
+                name="feasible",
+                text=[_hover(r) for r in feasible],
+                hoverinfo="text",
+            )
+        )
+    if infeasible:
+        fig.add_trace(
+            go.Scatter(
+                x=[r.number for r in infeasible],
+                y=[r.throughput for r in infeasible],
+                mode="markers",
+                name="infeasible",
+                marker={"color": "#d62728", "symbol": "x"},
+                text=[_hover(r) for r in infeasible],
+                hoverinfo="text",
+            )
+        )
+    xs, ys, best = [], [], -math.inf
+    for r in done:
+        if r.feasible and r.throughput is not None:
+            best = max(best, r.throughput)
+        if best > -math.inf:
+            xs.append(r.number)
+            ys.append(best)
+    if xs:
+        fig.add_trace(
+            go.Scatter(x=xs, y=ys, mode="lines", name="best so far (feasible)", line_shape="hv")
+        )
+    fig.update_layout(xaxis_title="trial", yaxis_title="output throughput (tok/s)")
+    return head + _plot(fig, "plot-history") + "</section>"
+
+
+def _importance(study: optuna.Study, results: list[TrialResult]) -> str:
+    head = _section_open("importance", "Parameter importances (feasible trials)")
+    usable = [r for r in results if r.feasible and r.throughput is not None and r.params]
+    if len(usable) < MIN_IMPORTANCE_TRIALS:
+        return (
+            head
+            + _note(
+                f"Needs at least {MIN_IMPORTANCE_TRIALS} feasible completed trials "
+                f"({len(usable)} so far)."
+            )
+            + "</section>"
+        )
+    importances = param_importances(study)
+    if not importances:
+        return head + _note("Importances could not be computed for these trials.") + "</section>"
+    names = list(importances)[::-1]
+    fig = go.Figure(
+        go.Bar(x=[importances[n] for n in names], y=names, orientation="h", name="importance")
+    )
+    fig.update_layout(xaxis_title="importance for output throughput (PED-ANOVA)")
+    return head + _plot(fig, "plot-importance") + "</section>"
+
+
+def param_importances(study: optuna.Study) -> dict[str, float]:
+    """Optuna's default evaluator on throughput of the feasible trials ({} if it cannot).
+
+    The feasible trials are copied (with their real distributions) into an in-memory
+    single-objective study, so that infeasible trials and a second objective stay out.
+    """
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
+    try:
+        copy = optuna.create_study(direction="maximize")
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        result = TrialResult.from_frozen(trial, metric_names=study.metric_names)
+        if not result.feasible or result.throughput is None or not trial.params:
+            continue
+        copy.add_trial(
+            optuna.trial.create_trial(
+                params=trial.params, distributions=trial.distributions, value=result.throughput
+            )
+        )
+    if len(copy.trials) < MIN_IMPORTANCE_TRIALS:
+        return {}
+    try:
+        return dict(optuna.importance.get_param_importances(copy))
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}
+
+
+def _time_breakdown(results: list[TrialResult]) -> str:
+    head = _section_open("time", "Time per trial")
+    timed = [r for r in results if r.phase_seconds]
+    if not timed:
+        return head + _note("No trial recorded phase times.") + "</section>"
+    fig = go.Figure()
+    for phase in PHASES:
+        fig.add_trace(
+            go.Bar(
+                x=[r.number for r in timed],
+                y=[r.phase_seconds.get(phase, 0.0) for r in timed],
+                name=PHASE_LABELS[phase],
+            )
+        )
+    fig.update_layout(barmode="stack", xaxis_title="trial", yaxis_title="seconds")
+    totals = {p: sum(r.phase_seconds.get(p, 0.0) for r in timed) for p in PHASES}
+    grand = sum(totals.values())
+    rows = [
+        [
+            _e(PHASE_LABELS[p]),
+            _num(totals[p] / len(timed)),
+            _num(totals[p]),
+            _pct(totals[p] / grand if grand else None),
+        ]
+        for p in PHASES
+    ]
+    rows.append(["<b>all</b>", _num(grand / len(timed)), _num(grand), _pct(1.0)])
+    table = _table(["phase", "mean s / trial", "total s", "share"], rows, numeric={1, 2, 3})
+    overhead = totals["tuner"] / grand if grand else None
+    summary = f"<p>Tuner overhead: <b>{_pct(overhead)}</b> of recorded time.</p>"
+    return head + _plot(fig, "plot-time") + table + summary + "</section>"
+
+
+def _failures(results: list[TrialResult]) -> str:
+    head = _section_open("failures", "Failure classes")
+    failed = [r for r in results if r.failure]
+    slo = [r for r in results if r.complete and not r.failure and not r.feasible]
+    if not failed and not slo:
+        return head + _note("No failed or infeasible trial.") + "</section>"
+    by_class: dict[str, list[TrialResult]] = {}
+    for r in failed:
+        by_class.setdefault(str(r.failure), []).append(r)
+    rows = [
+        [
+            _e(name),
+            str(len(group)),
+            _e(", ".join(str(r.number) for r in group[:10]) + (" ..." if len(group) > 10 else "")),
+            f"<pre>{_e(group[0].reason)}</pre>",
+        ]
+        for name, group in sorted(by_class.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    if slo:
+        rows.append(
+            [
+                "constraint violated (measured)",
+                str(len(slo)),
+                _e(", ".join(str(r.number) for r in slo[:10])),
+                "",
+            ]
+        )
+    table = _table(["class", "count", "trials", "first reason"], rows, numeric={1})
+    return head + table + "</section>"
+
+
+def _top_table(results: list[TrialResult], baseline: TrialResult | None) -> str:
+    head = _section_open("top", f"Top {TOP_N} feasible trials")
+    ranked = sorted(
+        (r for r in results if r.feasible and r.throughput is not None),
+        key=lambda r: (-(r.throughput or 0.0), r.number),
+    )[:TOP_N]
+    if not ranked:
+        return head + _note("No feasible trial.") + "</section>"
+    rows = []
+    for rank, r in enumerate(ranked, 1):
+        config = "\n".join(f"{k} = {v}" for k, v in sorted(r.config.items()))
+        commands = "\n\n".join(f"# {name}\n{command_line(rec)}" for name, rec in r.services.items())
+        rows.append(
+            [
+                str(rank),
+                str(r.number) + (" (baseline)" if r.is_baseline else ""),
+                _num(r.throughput),
+                _num(r.tpot_p99_ms),
+                _ratio(gain_over_baseline(r, baseline)),
+                f'<pre class="cfg">{_e(config)}</pre>',
+                f"<pre>{_e(commands)}</pre>",
+            ]
+        )
+    table = _table(
+        ["#", "trial", "output tok/s", "TPOT p99 ms", "gain", "config", "commands"],
+        rows,
+        numeric={2, 3, 4},
+    )
+    return head + table + "</section>"
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _front(points: Iterable[TrialResult]) -> list[TrialResult]:
+    """Non-dominated (max throughput, min TPOT) points, sorted by throughput."""
+    pts = [r for r in points if r.throughput is not None and r.tpot_p99_ms is not None]
+    front = [
+        r
+        for r in pts
+        if not any(
+            (o.throughput or 0) >= (r.throughput or 0)
+            and (o.tpot_p99_ms or 0) <= (r.tpot_p99_ms or 0)
+            and (
+                (o.throughput or 0) > (r.throughput or 0)
+                or (o.tpot_p99_ms or 0) < (r.tpot_p99_ms or 0)
+            )
+            for o in pts
+        )
+    ]
+    return sorted(front, key=lambda r: (r.throughput or 0.0, r.number))
+
+
+def _hover(r: TrialResult) -> str:
+    lines = [
+        f"trial {r.number}",
+        f"{_num(r.throughput)} tok/s",
+        f"TPOT p99 {_num(r.tpot_p99_ms)} ms",
+    ]
+    if r.failure:
+        lines.append(f"failure: {r.failure}")
+    elif not r.feasible:
+        violated = [k for k, v in r.constraints.items() if v > 0 and not k.isdigit()]
+        lines.append("violated: " + ", ".join(violated))
+    return "<br>".join(_e(line) for line in lines)
+
+
+def _plot(fig: go.Figure, div_id: str) -> str:
+    fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 30, "b": 50})
+    inner = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOT_CONFIG)
+    return f'<div class="plot">{inner}</div>'
+
+
+def _section_open(anchor: str, title: str) -> str:
+    return f'<section id="{anchor}">\n<h2>{_e(title)}</h2>\n'
+
+
+def _kv_table(rows: Sequence[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: set[int]) -> str:
+    """``head`` is plain text (escaped here); cells are HTML already escaped by the caller."""
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_e(text)}</p>'
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f} %"
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}x"

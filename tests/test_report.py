@@ -1,0 +1,238 @@
+"""The HTML report: structure, escaping, degenerate studies, and a real headless-browser render."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest_results import TrialSpec, make_study, record, typical_specs
+
+from autotune.report import write_report
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+SECTIONS = ["summary", "pareto", "history", "importance", "time", "failures", "top"]
+PLOTS = ["plot-pareto", "plot-history", "plot-importance", "plot-time"]
+PLANTED = '<script>alert("pwned")</script><i id="pwned">x</i>'
+CHROMIUM = next(
+    (p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None
+)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",  # the report must not need the network
+    "--virtual-time-budget=10000",
+]
+
+
+class Page(HTMLParser):
+    """Collects what the assertions need: sections with their text, ids, scripts, URLs."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sections: dict[str, str] = {}
+        self.ids: list[str] = []
+        self.tags: dict[str, int] = {}
+        self.urls: list[str] = []
+        self._section: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.append(str(a["id"]))
+        for key in ("src", "href"):
+            if a.get(key):
+                self.urls.append(str(a[key]))
+        if tag == "section":
+            self._section = a.get("id")
+            self.sections[str(self._section)] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self._section = None
+
+    def handle_data(self, data: str) -> None:
+        if self._section is not None:
+            self.sections[self._section] += data
+
+
+_BIG: dict[bool, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def big_study(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool], optuna.Study]:
+    """200-trial studies (one trial carries planted markup), built once: SQLite adds are slow."""
+
+    def get(multi: bool) -> optuna.Study:
+        if multi not in _BIG:
+            specs = typical_specs(200)
+            specs[1].config_extra = {"evil": PLANTED}
+            specs[1].failure = None
+            specs[1].slo_violation = -1.0
+            specs[1].throughput = 5000.0
+            base = tmp_path_factory.mktemp(f"big-{multi}")
+            make_study(base, specs, multi=multi)
+            _BIG[multi] = base / "study.db"
+        return optuna.load_study(study_name="autotune-test", storage=f"sqlite:///{_BIG[multi]}")
+
+    return get
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+@pytest.mark.parametrize(
+    ("n", "multi", "plots"),
+    [
+        (0, False, []),
+        (0, True, []),
+        (1, False, ["plot-pareto", "plot-history", "plot-time"]),
+        (2, True, ["plot-pareto", "plot-history", "plot-time"]),
+        (200, True, PLOTS),  # 200 single-objective trials cost 5 s more to store, same code
+    ],
+)
+def test_sections_for_study_sizes(
+    tmp_path: Path,
+    big_study: Callable[[bool], optuna.Study],
+    n: int,
+    multi: bool,
+    plots: list[str],
+) -> None:
+    if n == 200:
+        study = big_study(multi)
+    else:
+        study = make_study(tmp_path, typical_specs(n) if n else [], multi=multi)
+    page = parse(write_report(study, path=tmp_path / "r" / "report.html"))
+    assert list(page.sections) == SECTIONS
+    assert [p for p in PLOTS if p in page.ids] == plots
+    assert f"trials{n}" in page.sections["summary"].replace(" ", "")
+    # Self-contained: one inline plotly.js plus one inline script per plot, no external URLs.
+    assert page.tags.get("script") == 1 + len(plots)
+    assert not [u for u in page.urls if re.match(r"(https?:)?//", u)]
+    assert page.tags.get("link", 0) == 0
+    if n == 0:
+        assert "No feasible trial" in page.sections["summary"]
+        assert "No feasible trial" in page.sections["top"]
+    if n == 200:
+        assert "Tuner overhead" in page.sections["time"]
+        assert "cuda_oom" in page.sections["failures"]
+
+
+def test_only_infeasible_trials(tmp_path: Path) -> None:
+    specs = [
+        TrialSpec(failure="cuda_oom", is_baseline=True),
+        TrialSpec(failure="nccl_error"),
+        TrialSpec(throughput=500.0, slo_violation=20.0),
+        TrialSpec(throughput=700.0, slo_violation=5.0),
+    ]
+    page = parse(write_report(make_study(tmp_path, specs, multi=True), path=tmp_path / "r.html"))
+    assert list(page.sections) == SECTIONS
+    assert "feasible0" in page.sections["summary"].replace(" ", "")
+    assert "No feasible trial" in page.sections["summary"]
+    assert "No feasible trial" in page.sections["top"]
+    assert "plot-pareto" in page.ids  # the SLO violators were measured and are plotted
+    assert "plot-importance" not in page.ids
+    assert "Needs at least 5 feasible" in page.sections["importance"]
+    failures = page.sections["failures"]
+    assert "cuda_oom" in failures and "nccl_error" in failures
+    assert "constraint violated (measured)" in failures
+
+
+def test_summary_baseline_best_and_time_breakdown(tmp_path: Path) -> None:
+    phases = {"restart": 10.0, "warmup": 2.0, "measure": 6.0, "tuner": 2.0}
+    specs = [
+        TrialSpec(throughput=25.0, tpot_p99_ms=510.0, is_baseline=True, phase_seconds=phases),
+        TrialSpec(throughput=1000.0, tpot_p99_ms=20.0, phase_seconds=phases),
+    ]
+    page = parse(write_report(make_study(tmp_path, specs), path=tmp_path / "r.html"))
+    summary = page.sections["summary"]
+    assert "baseline" in summary and "best" in summary
+    assert "40.00x" in summary
+    assert "COMPLETE: 2" in summary
+    time = page.sections["time"]
+    assert "Tuner overhead: 10.0 %" in time
+    assert "restart10.0" in time.replace(" ", "")  # mean seconds per trial
+    top = page.sections["top"]
+    assert top.index("1,000.0") < top.index("25.0")  # ranked by throughput
+
+
+def test_values_are_escaped(tmp_path: Path) -> None:
+    rec = record(["/usr/bin/true", "--name", PLANTED], {"EVIL": PLANTED}, [])
+    specs = [
+        TrialSpec(config_extra={"evil": PLANTED}, services={"worker": rec}, throughput=900.0),
+        TrialSpec(failure="unknown", throughput=0.0),
+    ]
+    study = make_study(tmp_path, specs, multi=True)
+    study.add_trial(study.trials[1])  # a second failed trial: the failure table has rows
+    path = write_report(study, path=tmp_path / "r.html")
+    raw = path.read_text(encoding="utf-8")
+    assert '<script>alert("pwned")' not in raw
+    assert '<i id="pwned">' not in raw
+    page = parse(path)
+    assert "pwned" not in page.ids
+    assert page.tags.get("i", 0) == 0
+    assert f"evil = {PLANTED}" in page.sections["top"]  # shown literally, as text
+    assert "EVIL=" in page.sections["top"] and "alert" in page.sections["top"]
+
+
+def test_importances_with_enough_trials(tmp_path: Path) -> None:
+    page = parse(write_report(make_study(tmp_path, typical_specs(40)), path=tmp_path / "r.html"))
+    assert "plot-importance" in page.ids
+    raw = (tmp_path / "r.html").read_text()
+    block = raw[raw.index('id="plot-importance"') :]
+    assert "moe_runner_backend" in block[: block.index("</script>")]
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium not installed (Debian: apt-get install -y chromium); "
+    "the headless-browser check of the report is skipped",
+)
+def test_report_renders_in_headless_chromium(
+    tmp_path: Path,
+    big_study: Callable[[bool], optuna.Study],
+) -> None:
+    study = big_study(True)
+    path = write_report(study, path=tmp_path / "report.html")
+    assert CHROMIUM is not None
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert "<section" in dom, proc.stderr[-2000:]
+    starts = sorted((dom.index(f'id="{p}"'), p) for p in PLOTS)
+    for i, (start, plot_id) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(dom)
+        block = dom[start:end]
+        # Plotly.newPlot ran: the div became a plot with SVG layers and drawn marks.
+        assert "js-plotly-plot" in block[:300], plot_id
+        assert 'class="main-svg"' in block, plot_id
+        assert re.search(r'class="(point|bars?|trace [a-z]+)', block), plot_id
+    assert '<i id="pwned"' not in dom  # the planted markup stayed text
+    assert "&lt;script&gt;alert" in dom

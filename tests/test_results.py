@@ -1,0 +1,212 @@
+"""Reading trials back from real SQLite studies that follow the stored trial schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest_results import (
+    BASELINE_PARAMS,
+    FAILED_TPOT_MS,
+    TrialSpec,
+    make_study,
+    typical_specs,
+)
+from optuna.trial import TrialState
+
+from autotune.errors import StorageError
+from autotune.results import (
+    TrialResult,
+    baseline_trial,
+    best_trial,
+    feasible,
+    gain_over_baseline,
+    load_results,
+    pareto_front,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+def test_trial_result_reads_every_schema_field(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [TrialSpec(throughput=812.5, tpot_p99_ms=31.0, is_baseline=True)],
+        multi=True,
+    )
+    (result,) = load_results(study)
+    assert result.number == 0 and result.state == "COMPLETE"
+    assert result.feasible and result.measured and result.is_baseline
+    assert result.throughput == 812.5 and result.tpot_p99_ms == 31.0
+    assert result.metric_names == ["output_throughput_tok_s", "tpot_p99_ms"]
+    assert result.config["speculative_num_draft_tokens"] == 4
+    assert result.config["moe_runner_backend"] == "marlin"
+    assert set(result.services) == {"prefill", "decode", "router"}
+    decode = result.services["decode"]
+    assert decode.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert decode.unset_env == ["NCCL_PROTO"]
+    assert decode.argv[1:3] == ["-m", "autotune.sim.server"]
+    assert result.phase_seconds["restart"] == 40.0
+    assert result.metrics["ttft_ms"]["p99"] == 200.0
+    assert result.constraints["feasible"] == 0.0
+    assert result.deployment == "sim-dsv4-flash-pd.yaml"
+
+
+def test_failed_trial_has_no_fake_tpot(tmp_path: Path) -> None:
+    """A crashed trial stores a placeholder TPOT objective; it must not read as a measurement."""
+    study = make_study(tmp_path, [TrialSpec(failure="cuda_oom")], multi=True)
+    (result,) = load_results(study)
+    assert study.trials[0].values == [0.0, FAILED_TPOT_MS]
+    assert result.failure == "cuda_oom" and "decode" in result.reason
+    assert not result.feasible and not result.measured
+    assert result.tpot_p99_ms is None
+    assert result.throughput == 0.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (TrialSpec(), True),
+        (TrialSpec(failure="nccl_error"), False),
+        (TrialSpec(slo_violation=3.0), False),
+        (TrialSpec(slo_violation=0.0), True),
+        (TrialSpec(state=TrialState.FAIL), False),
+        (TrialSpec(state=TrialState.RUNNING), False),
+    ],
+)
+def test_feasible(tmp_path: Path, spec: TrialSpec, expected: bool) -> None:
+    study = make_study(tmp_path, [spec])
+    assert feasible(study.trials[0]) is expected
+
+
+def test_best_single_objective_ignores_infeasible_and_failed(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(throughput=25.0, is_baseline=True),
+            TrialSpec(throughput=900.0, slo_violation=10.0),  # fastest, violates the SLO
+            TrialSpec(throughput=700.0),
+            TrialSpec(throughput=0.0, failure="cuda_oom"),
+            TrialSpec(throughput=650.0),
+            TrialSpec(state=TrialState.FAIL),
+        ],
+    )
+    best = best_trial(study)
+    assert best is not None
+    assert best.number == 2 and best.throughput == 700.0
+
+
+def test_best_multi_objective_is_on_the_feasible_pareto_front(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(throughput=500.0, tpot_p99_ms=20.0),
+            TrialSpec(throughput=800.0, tpot_p99_ms=60.0),
+            TrialSpec(throughput=800.0, tpot_p99_ms=40.0),  # same speed, lower tail: wins
+            TrialSpec(throughput=950.0, tpot_p99_ms=30.0, slo_violation=1.0),
+            TrialSpec(throughput=300.0, tpot_p99_ms=90.0),  # dominated
+        ],
+        multi=True,
+    )
+    front = {r.number for r in pareto_front(study)}
+    assert front == {0, 2}
+    best = best_trial(study)
+    assert best is not None and best.number == 2
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_best_is_none_without_feasible_trials(tmp_path: Path, multi: bool) -> None:
+    assert best_trial(make_study(tmp_path / "empty", [], multi=multi)) is None
+    only_bad = make_study(
+        tmp_path,
+        [TrialSpec(failure="cuda_oom"), TrialSpec(slo_violation=2.0)],
+        multi=multi,
+    )
+    assert best_trial(only_bad) is None
+
+
+def test_baseline_and_gain(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [TrialSpec(throughput=25.0, is_baseline=True), TrialSpec(throughput=1000.0)],
+    )
+    base = baseline_trial(study)
+    best = best_trial(study)
+    assert base is not None and base.number == 0
+    assert best is not None
+    assert gain_over_baseline(best, base) == pytest.approx(40.0)
+    assert gain_over_baseline(best, None) is None
+
+
+def test_gain_is_none_when_the_baseline_failed(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [TrialSpec(failure="cuda_oom", is_baseline=True), TrialSpec(throughput=1000.0)],
+    )
+    base = baseline_trial(study)
+    best = best_trial(study)
+    assert base is not None and not base.feasible
+    assert best is not None and gain_over_baseline(best, base) is None
+
+
+def test_feasible_baseline_preferred_over_earlier_failed_one(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(failure="readiness_timeout", is_baseline=True),
+            TrialSpec(throughput=30.0, is_baseline=True),
+        ],
+    )
+    base = baseline_trial(study)
+    assert base is not None and base.number == 1
+
+
+def test_no_baseline(tmp_path: Path) -> None:
+    assert baseline_trial(make_study(tmp_path, [TrialSpec()])) is None
+
+
+def test_reads_back_after_reopening_the_storage(tmp_path: Path) -> None:
+    make_study(tmp_path, typical_specs(30), multi=True)
+    reopened = optuna.load_study(
+        study_name="autotune-test", storage=f"sqlite:///{tmp_path / 'study.db'}"
+    )
+    results = load_results(reopened)
+    assert len(results) == 30
+    assert any(not r.feasible for r in results) and any(r.feasible for r in results)
+    best = best_trial(reopened)
+    assert best is not None
+    assert best.throughput == max(r.throughput or 0 for r in results if r.feasible)
+
+
+def test_malformed_attributes_raise_storage_error(tmp_path: Path) -> None:
+    study = make_study(tmp_path, [])
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=1.0,
+            params={"mem_fraction_static": 0.8},
+            distributions={
+                "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95)
+            },
+            user_attrs={"services": ["not", "a", "mapping"], "config": dict(BASELINE_PARAMS)},
+        )
+    )
+    with pytest.raises(StorageError, match="trial 0"):
+        load_results(study)
+
+
+def test_trial_without_autotune_attributes_is_still_readable(tmp_path: Path) -> None:
+    """A trial added by hand (no user attrs) reads as feasible with defaults."""
+    study = make_study(tmp_path, [])
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=42.0,
+            params={"mem_fraction_static": 0.8},
+            distributions={
+                "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95)
+            },
+        )
+    )
+    (result,) = load_results(study)
+    assert isinstance(result, TrialResult)
+    assert result.throughput == 42.0 and result.services == {} and result.feasible
