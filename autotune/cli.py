@@ -35,8 +35,12 @@ err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-StudyOpt = typer.Option(DEFAULT_STUDY, "--study", help="Study name (also selects studies/NAME.yaml).")
-StorageOpt = typer.Option(None, "--storage", help="Storage URL (default sqlite:///studies/NAME.db).")
+StudyOpt = typer.Option(
+    DEFAULT_STUDY, "--study", help="Study name (also selects studies/NAME.yaml)."
+)
+StorageOpt = typer.Option(
+    None, "--storage", help="Storage URL (default sqlite:///studies/NAME.db)."
+)
 
 
 def _friendly(func: F) -> F:
@@ -69,11 +73,17 @@ def _open_existing(study: str, storage: str | None) -> Any:
 @app.command()
 @_friendly
 def run(
-    trials: int = typer.Option(200, "--trials", min=1, help="Run until the study holds this many completed trials."),
+    trials: int = typer.Option(
+        200, "--trials", min=1, help="Run until the study holds this many completed trials."
+    ),
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
-    study_file: Path | None = typer.Option(None, "--study-file", help="Study definition (default studies/NAME.yaml)."),
-    sampler: str | None = typer.Option(None, "--sampler", help="tpe (default), random, grid, qmc, nsga2."),
+    study_file: Path | None = typer.Option(
+        None, "--study-file", help="Study definition (default studies/NAME.yaml)."
+    ),
+    sampler: str | None = typer.Option(
+        None, "--sampler", help="tpe (default), random, grid, qmc, nsga2."
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
 ) -> None:
@@ -92,7 +102,12 @@ def run(
     progress = make_progress(quiet=quiet)
     try:
         tuner = Tuner(
-            definition=definition, study_name=study, storage_url=url, sampler=sampler, seed=seed, progress=progress
+            definition=definition,
+            study_name=study,
+            storage_url=url,
+            sampler=sampler,
+            seed=seed,
+            progress=progress,
         )
         progress.message(
             f"study {study!r} on {url}: {tuner.completed_count()} completed trials, target {trials}"
@@ -102,7 +117,8 @@ def run(
         progress.close()
     if summary.interrupted:
         err_console.print(
-            f"interrupted after {summary.trials_run} trials this run ({summary.trials_total} in the study). "
+            f"interrupted after {summary.trials_run} trials this run "
+            f"({summary.trials_total} in the study). "
             f"The study is consistent; services started by this run were stopped. "
             f"Resume with the same command: autotune run --trials {trials} --study {study}"
         )
@@ -119,7 +135,9 @@ def best(
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
     export: str | None = typer.Option(None, "--export", help="systemd, env, command or json."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory for --export (default: print)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory for --export (default: print)."
+    ),
 ) -> None:
     """Best feasible trial, its metrics and its gain over the baseline."""
     from autotune.errors import ConfigError
@@ -127,7 +145,9 @@ def best(
     from autotune.results import baseline_trial, best_trial, gain_over_baseline
 
     if export is not None and export not in EXPORT_FORMATS:
-        raise ConfigError(f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS)
+        raise ConfigError(
+            f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS
+        )
     opened = _open_existing(study, storage)
     winner = best_trial(opened)
     if winner is None:
@@ -155,13 +175,19 @@ def _print_best(winner: Any, base: Any, gain: float | None) -> None:
     table.add_column()
     table.add_row("output throughput", f"{m.get('output_throughput', 0):,.1f} tok/s")
     if base is not None and base.metrics:
-        table.add_row("baseline (trial #%d)" % base.number, f"{base.metrics.get('output_throughput', 0):,.1f} tok/s")
+        table.add_row(
+            f"baseline (trial #{base.number})",
+            f"{base.metrics.get('output_throughput', 0):,.1f} tok/s",
+        )
     if gain is not None:
         table.add_row("gain over baseline", f"{gain:,.1f}x")
     for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         if name in m:
             d = m[name]
-            table.add_row(name.replace("_ms", "") + " (ms)", f"mean {d['mean']:.1f}  p50 {d['p50']:.1f}  p90 {d['p90']:.1f}  p99 {d['p99']:.1f}")
+            table.add_row(
+                name.replace("_ms", "") + " (ms)",
+                f"mean {d['mean']:.1f}  p50 {d['p50']:.1f}  p90 {d['p90']:.1f}  p99 {d['p99']:.1f}",
+            )
     if "error_rate" in m:
         table.add_row("error rate", f"{m['error_rate']:.3f}")
     table.add_row("config", json.dumps(winner.config, sort_keys=True))
@@ -192,7 +218,9 @@ def report(
 def dashboard(
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
-    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback unless told otherwise)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Bind address (loopback unless told otherwise)."
+    ),
     port: int = typer.Option(8080, "--port"),
 ) -> None:
     """Serve optuna-dashboard on the study's storage."""
@@ -200,7 +228,9 @@ def dashboard(
 
     _open_existing(study, storage)
     url = _storage_url(study, storage)
-    console.print(f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)", highlight=False)
+    console.print(
+        f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)", highlight=False
+    )
     serve_dashboard(url, host=host, port=port)
 
 
@@ -211,12 +241,20 @@ def bench(
     concurrency: int = typer.Option(16, "--concurrency", min=1),
     input_len: int = typer.Option(256, "--input-len", min=1),
     output_len: int = typer.Option(32, "--output-len", min=1),
-    requests: int | None = typer.Option(None, "--requests", min=1, help="Measured requests (default 4 x C)."),
-    duration: float | None = typer.Option(None, "--duration", help="Measure for this many seconds instead."),
-    warmup: int | None = typer.Option(None, "--warmup", min=0, help="Warm-up requests (default C)."),
+    requests: int | None = typer.Option(
+        None, "--requests", min=1, help="Measured requests (default 4 x C)."
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Measure for this many seconds instead."
+    ),
+    warmup: int | None = typer.Option(
+        None, "--warmup", min=0, help="Warm-up requests (default C)."
+    ),
     api: str = typer.Option("completions", "--api", help="completions or chat."),
     model: str | None = typer.Option(None, "--model"),
-    records: Path | None = typer.Option(None, "--records", help="Write raw per-request records (JSON lines)."),
+    records: Path | None = typer.Option(
+        None, "--records", help="Write raw per-request records (JSON lines)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
 ) -> None:
     """Run the load generator alone against a server."""
@@ -243,7 +281,12 @@ def bench(
     if records is not None:
         with records.open("w") as fh:
             for r in result.records:
-                fh.write(json.dumps(r.model_dump(mode="json") if hasattr(r, "model_dump") else r.__dict__) + "\n")
+                fh.write(
+                    json.dumps(
+                        r.model_dump(mode="json") if hasattr(r, "model_dump") else r.__dict__
+                    )
+                    + "\n"
+                )
     if as_json:
         sys.stdout.write(json.dumps(result.metrics.model_dump(mode="json"), indent=2) + "\n")
     else:

@@ -60,7 +60,7 @@ class CorrectnessSettings(BaseModel):
     prompt: str = "Explain in one sentence why the sky is blue."
     max_tokens: int = Field(16, ge=1, le=4096)
     expected: str | None = None
-    """Exact expected text; when unset, the first healthy trial's text (the baseline) is the reference."""
+    """Exact expected text; unset: the first healthy trial's text is the reference."""
 
 
 class StudyDefinition(BaseModel):
@@ -77,7 +77,7 @@ class StudyDefinition(BaseModel):
     seed: int | None = None
     load: LoadSettings = Field(default_factory=LoadSettings)  # type: ignore[arg-type]
     slo: SLOSettings = Field(default_factory=SLOSettings)  # type: ignore[arg-type]
-    correctness: CorrectnessSettings = Field(default_factory=CorrectnessSettings)
+    correctness: CorrectnessSettings = Field(default_factory=CorrectnessSettings)  # type: ignore[arg-type]
     trial_timeout_s: float = Field(1800.0, gt=0)
     keep_services_running: bool = False
 

@@ -1,4 +1,4 @@
-"""The configuration the servers really run: ``/server_info`` after readiness.
+"""Tuned values the servers silently overrode (from ``/server_info`` read by the launcher).
 
 Servers silently rewrite settings (SGLang turns custom all-reduce off on PCIe with more than
 two GPUs, forces page size 256 for DeepSeek-V4, ...). What was measured is the resolved
@@ -11,41 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from autotune.space.settings import ServiceSettings
-from autotune.specs import ServiceSpec
-
-INFO_TIMEOUT_S = 5.0
-
-
-def fetch_effective(specs: Mapping[str, ServiceSpec]) -> dict[str, dict[str, Any]]:
-    """Resolved server arguments per service that has an info URL (missing ones skipped).
-
-    Tries the URL given, then SGLang's older ``/get_server_info`` spelling.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    with httpx.Client(timeout=INFO_TIMEOUT_S, trust_env=False) as client:
-        for name, spec in specs.items():
-            if not spec.info_url:
-                continue
-            urls = [spec.info_url]
-            if spec.info_url.endswith("/server_info"):
-                urls.append(spec.info_url[: -len("/server_info")] + "/get_server_info")
-            for url in urls:
-                try:
-                    response = client.get(url)
-                except httpx.HTTPError:
-                    continue
-                if response.status_code == 200:
-                    try:
-                        body = response.json()
-                    except ValueError:
-                        continue
-                    if isinstance(body, dict):
-                        out[name] = body
-                        break
-    return out
 
 
 def _normalize(value: Any) -> Any:
@@ -87,5 +53,7 @@ def find_overrides(
             if key not in resolved:
                 continue
             if _normalize(resolved[key]) != _normalize(value):
-                overrides.append(f"{service}: {flag} asked {value!r}, server runs {resolved[key]!r}")
+                overrides.append(
+                    f"{service}: {flag} asked {value!r}, server runs {resolved[key]!r}"
+                )
     return overrides

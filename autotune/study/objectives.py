@@ -23,6 +23,11 @@ FAILED_TPOT_MS = 1.0e6
 """TPOT assigned to an unmeasurable trial in multi-objective studies: dominated by any real one."""
 
 
+def _p99(metrics: Mapping[str, Any], name: str) -> float | None:
+    value = (metrics.get(name) or {}).get("p99")
+    return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class Objective:
     """What is optimized: names, directions and how to read values from metrics."""
@@ -56,7 +61,8 @@ class Objective:
         throughput = float(metrics["output_throughput"])
         if self.kind == "throughput":
             return [throughput]
-        return [throughput, float(metrics["tpot_ms"]["p99"])]
+        tpot = _p99(metrics, "tpot_ms")
+        return [throughput, FAILED_TPOT_MS if tpot is None else tpot]
 
     def failed_values(self) -> list[float]:
         return [0.0] if self.kind == "throughput" else [0.0, FAILED_TPOT_MS]
@@ -64,12 +70,15 @@ class Objective:
     def constraints(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Constraint values for a measured trial, in :attr:`constraint_keys` order."""
         out = {"feasible": 0.0}
-        if self.slo.ttft_p99_ms is not None:
-            out["slo_ttft_p99_ms"] = float(metrics["ttft_ms"]["p99"]) - self.slo.ttft_p99_ms
-        if self.slo.tpot_p99_ms is not None:
-            out["slo_tpot_p99_ms"] = float(metrics["tpot_ms"]["p99"]) - self.slo.tpot_p99_ms
-        if self.slo.e2e_p99_ms is not None:
-            out["slo_e2e_p99_ms"] = float(metrics["e2e_ms"]["p99"]) - self.slo.e2e_p99_ms
+        for key, metric, limit in (
+            ("slo_ttft_p99_ms", "ttft_ms", self.slo.ttft_p99_ms),
+            ("slo_tpot_p99_ms", "tpot_ms", self.slo.tpot_p99_ms),
+            ("slo_e2e_p99_ms", "e2e_ms", self.slo.e2e_p99_ms),
+        ):
+            if limit is not None:
+                measured = _p99(metrics, metric)
+                # No sample (e.g. TPOT with one-token outputs) cannot prove the SLO is met.
+                out[key] = 1.0 if measured is None else measured - limit
         out["slo_error_rate"] = float(metrics["error_rate"]) - self.slo.max_error_rate
         return out
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Protocol
+from collections.abc import Mapping
+from typing import IO, Protocol
 
 from rich.console import Console
 from rich.live import Live
@@ -15,13 +16,23 @@ from rich.text import Text
 class ProgressSink(Protocol):
     """Receives the loop's events; the loop never prints itself."""
 
-    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None: ...
+    def trial_started(
+        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+    ) -> None: ...
 
     def phase(self, name: str) -> None: ...
 
     def trial_finished(
-        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
-        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+        self,
+        *,
+        number: int,
+        throughput: float | None,
+        failure: str | None,
+        reason: str | None,
+        best: float | None,
+        best_number: int | None,
+        seconds: float,
+        reused_from: int | None,
     ) -> None: ...
 
     def message(self, text: str) -> None: ...
@@ -58,22 +69,32 @@ def _outcome_text(throughput: float | None, failure: str | None, reason: str | N
 class PlainProgress:
     """One line per trial; used when stdout is not a terminal (CI logs, pipes)."""
 
-    def __init__(self, stream: object = None) -> None:
-        self._stream = stream or sys.stdout
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream: IO[str] = stream or sys.stdout
         self._phase = ""
 
     def _print(self, text: str) -> None:
-        print(text, file=self._stream, flush=True)  # type: ignore[call-overload]
+        print(text, file=self._stream, flush=True)
 
-    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None:
+    def trial_started(
+        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+    ) -> None:
         self._prefix = f"trial {index}/{total} (#{number})"
 
     def phase(self, name: str) -> None:
         self._phase = name
 
     def trial_finished(
-        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
-        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+        self,
+        *,
+        number: int,
+        throughput: float | None,
+        failure: str | None,
+        reason: str | None,
+        best: float | None,
+        best_number: int | None,
+        seconds: float,
+        reused_from: int | None,
     ) -> None:
         reuse = f" (reused #{reused_from})" if reused_from is not None else ""
         best_text = f"best {best:,.1f} tok/s (#{best_number})" if best is not None else "best -"
@@ -94,7 +115,9 @@ class RichProgress:
 
     def __init__(self, console: Console | None = None) -> None:
         self._console = console or Console()
-        self._live = Live(self._render(), console=self._console, refresh_per_second=8, transient=False)
+        self._live = Live(
+            self._render(), console=self._console, refresh_per_second=8, transient=False
+        )
         self._index = 0
         self._total = 0
         self._number = 0
@@ -121,7 +144,9 @@ class RichProgress:
     def _refresh(self) -> None:
         self._live.update(self._render())
 
-    def trial_started(self, *, number: int, index: int, total: int, config: dict[str, object]) -> None:
+    def trial_started(
+        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+    ) -> None:
         self._index, self._total, self._number = index, total, number
         self._last = "running"
         self.phase("propose")
@@ -132,11 +157,21 @@ class RichProgress:
         self._refresh()
 
     def trial_finished(
-        self, *, number: int, throughput: float | None, failure: str | None, reason: str | None,
-        best: float | None, best_number: int | None, seconds: float, reused_from: int | None,
+        self,
+        *,
+        number: int,
+        throughput: float | None,
+        failure: str | None,
+        reason: str | None,
+        best: float | None,
+        best_number: int | None,
+        seconds: float,
+        reused_from: int | None,
     ) -> None:
         reuse = f" (reused #{reused_from})" if reused_from is not None else ""
-        self._last = f"#{number}: {_outcome_text(throughput, failure, reason)}{reuse} in {seconds:.1f}s"
+        self._last = (
+            f"#{number}: {_outcome_text(throughput, failure, reason)}{reuse} in {seconds:.1f}s"
+        )
         if best is not None:
             self._best = f"{best:,.1f} tok/s (#{best_number})"
         self._console.print(

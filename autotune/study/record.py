@@ -57,7 +57,7 @@ def finish_trial(
             value = value[-LOG_TAIL_CHARS:]
         trial.set_user_attr(key, _jsonable(value))
     ordered = [float(outcome.constraints.get(key, 0.0)) for key in constraint_keys]
-    for key, value in zip(constraint_keys, ordered):
+    for key, value in zip(constraint_keys, ordered, strict=True):
         trial.set_constraint(key, value)
     # optuna-dashboard reads constraints only from the old list-valued system attribute.
     study._storage.set_trial_system_attr(trial._trial_id, "constraints", ordered)

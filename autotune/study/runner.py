@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +22,11 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.deployment import Deployment, load_deployment
 from autotune.errors import BenchError, LaunchError
 from autotune.launch import Launcher, LocalLauncher
-from autotune.loadgen import LoadSpec, SLO, probe_text, run_load
+from autotune.loadgen import SLO, LoadSpec, probe_text, run_load
 from autotune.render import render
 from autotune.space import SearchSpace, load_space
-from autotune.specs import ServiceSpec
 from autotune.study.definition import StudyDefinition
-from autotune.study.effective import fetch_effective, find_overrides
+from autotune.study.effective import find_overrides
 from autotune.study.objectives import Objective
 from autotune.study.progress import NullProgress, ProgressSink
 from autotune.study.record import TrialOutcome, fail_trial, finish_trial
@@ -117,7 +116,9 @@ class Tuner:
             concurrency=load.concurrency,
             input_len=load.input_len,
             output_len=load.output_len,
-            warmup_requests=load.warmup_requests if load.warmup_requests is not None else load.concurrency,
+            warmup_requests=load.warmup_requests
+            if load.warmup_requests is not None
+            else load.concurrency,
             requests=load.requests,
             duration_s=load.duration_s,
             max_duration_s=load.max_duration_s,
@@ -132,14 +133,19 @@ class Tuner:
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             self.storage.set_trial_user_attr(trial._trial_id, "failure", "interrupted")
             self.storage.set_trial_user_attr(
-                trial._trial_id, "reason", "the tuner stopped during this trial; its config is retried"
+                trial._trial_id,
+                "reason",
+                "the tuner stopped during this trial; its config is retried",
             )
             self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
             if trial.params:
                 self.study.enqueue_trial(
-                    trial.params, user_attrs={"retry_of": trial.number, **self._baseline_attr(trial)}
+                    trial.params,
+                    user_attrs={"retry_of": trial.number, **self._baseline_attr(trial)},
                 )
-            self.progress.message(f"trial #{trial.number} was interrupted earlier; retrying its config")
+            self.progress.message(
+                f"trial #{trial.number} was interrupted earlier; retrying its config"
+            )
 
     @staticmethod
     def _baseline_attr(trial: FrozenTrial) -> dict[str, Any]:
@@ -193,18 +199,28 @@ class Tuner:
         trial = self.study.ask()
         try:
             config = self.space.suggest(trial)
-            self.progress.trial_started(number=trial.number, index=index, total=total, config=config)
+            self.progress.trial_started(
+                number=trial.number, index=index, total=total, config=config
+            )
             outcome = self._evaluate(trial, config)
         except KeyboardInterrupt:
-            fail_trial(self.study, trial, failure="interrupted", reason="stopped by the user (Ctrl-C/SIGTERM)")
+            fail_trial(
+                self.study,
+                trial,
+                failure="interrupted",
+                reason="stopped by the user (Ctrl-C/SIGTERM)",
+            )
             if trial.params:
                 self.study.enqueue_trial(
                     trial.params,
-                    user_attrs={"retry_of": trial.number, **self._baseline_attr(self.study.trials[trial.number])},
+                    user_attrs={
+                        "retry_of": trial.number,
+                        **self._baseline_attr(self.study.trials[trial.number]),
+                    },
                 )
             self.progress.message(
-                f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), its config "
-                "will be retried by the next `autotune run`; services are being stopped"
+                f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
+                "its config will be retried by the next `autotune run`; services are being stopped"
             )
             raise
         elapsed = time.monotonic() - t0
@@ -241,7 +257,9 @@ class Tuner:
 
     # ------------------------------------------------------------------ one trial
 
-    def _failed(self, attrs: dict[str, Any], *, failure: str, reason: str, log_tail: str = "") -> TrialOutcome:
+    def _failed(
+        self, attrs: dict[str, Any], *, failure: str, reason: str, log_tail: str = ""
+    ) -> TrialOutcome:
         attrs.update(failure=failure, reason=reason, log_tail=log_tail)
         return TrialOutcome(
             values=self.objective.failed_values(),
@@ -273,6 +291,10 @@ class Tuner:
                 "env": dict(spec.env),
                 "unset_env": list(spec.unset_env),
                 "fingerprint": spec.fingerprint(),
+                "depends_on": list(spec.depends_on),
+                "ready_timeout_s": spec.ready_timeout_s,
+                "workdir": spec.workdir,
+                "health_url": spec.health_url,
             }
             for name, spec in specs.items()
         }
@@ -284,18 +306,29 @@ class Tuner:
         self.progress.phase("restart")
         t = time.monotonic()
         try:
-            applied = self.launcher.apply(specs, on_event=lambda service, event: self.progress.phase(f"restart: {service} {event}"))
+            applied = self.launcher.apply(
+                specs,
+                on_event=lambda service, event: self.progress.phase(f"restart: {service} {event}"),
+            )
         except LaunchError as exc:
             attrs["phase_seconds"]["restart"] = time.monotonic() - t
-            return self._failed(attrs, failure=exc.failure, reason=f"{exc.service}: {exc.reason}", log_tail=exc.log_tail)
+            return self._failed(
+                attrs,
+                failure=exc.failure,
+                reason=f"{exc.service}: {exc.reason}",
+                log_tail=exc.log_tail,
+            )
         attrs["phase_seconds"]["restart"] = time.monotonic() - t
         attrs["restarted"] = list(applied.restarted)
 
-        self.progress.phase("check")
-        effective = fetch_effective(specs)
+        effective = applied.info
         attrs["effective"] = effective
         attrs["overrides"] = find_overrides(
-            {name: self.space.settings_for(name, config) for name in specs if name in self.space.services},
+            {
+                name: self.space.settings_for(name, config)
+                for name in specs
+                if name in self.space.services
+            },
             effective,
         )
 
@@ -312,7 +345,7 @@ class Tuner:
         try:
             result = run_load(endpoint, spec, on_phase=on_phase)
         except BenchError as exc:
-            tail = self.launcher.log_tails(specs) if hasattr(self.launcher, "log_tails") else ""
+            tail = self.launcher.log_tails(specs)
             return self._failed(attrs, failure="bench_failed", reason=str(exc), log_tail=tail)
         attrs["phase_seconds"]["warmup"] = result.warmup_seconds
         attrs["phase_seconds"]["measure"] = result.measure_seconds
@@ -327,12 +360,21 @@ class Tuner:
     def _reuse(self, previous: int, attrs: dict[str, Any]) -> TrialOutcome:
         """An identical configuration was already measured: copy its result, launch nothing."""
         old = self.study.trials[previous]
-        attrs = {**{k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")}, **{
-            "config": attrs["config"], "is_baseline": attrs["is_baseline"], "reused_from": previous,
-            "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
-        }}
+        attrs = {
+            **{k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")},
+            **{
+                "config": attrs["config"],
+                "is_baseline": attrs["is_baseline"],
+                "reused_from": previous,
+                "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
+            },
+        }
         constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}
-        return TrialOutcome(values=list(old.values or self.objective.failed_values()), constraints=constraints, attrs=attrs)
+        return TrialOutcome(
+            values=list(old.values or self.objective.failed_values()),
+            constraints=constraints,
+            attrs=attrs,
+        )
 
     def _check_output(self, endpoint: str, *, is_baseline: bool) -> str | None:
         """None when the greedy probe's text matches the reference, else the reason."""
@@ -341,7 +383,12 @@ class Tuner:
             return None
         self.progress.phase("correctness probe")
         try:
-            text = probe_text(endpoint, prompt=settings.prompt, max_tokens=settings.max_tokens, model=self.deployment.model)
+            text = probe_text(
+                endpoint,
+                prompt=settings.prompt,
+                max_tokens=settings.max_tokens,
+                model=self.deployment.model,
+            )
         except BenchError as exc:
             return f"correctness probe failed: {exc}"
         reference = settings.expected or self.study.user_attrs.get(REFERENCE_ATTR)
@@ -351,6 +398,8 @@ class Tuner:
             self.study.set_user_attr(REFERENCE_ATTR, text)
             return None
         if text != reference:
-            return f"greedy output differs from the reference: got {text[:80]!r}, expected {reference[:80]!r}"
+            return (
+                f"greedy output differs from the reference: got {text[:80]!r}, "
+                f"expected {reference[:80]!r}"
+            )
         return None
-

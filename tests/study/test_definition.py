@@ -20,14 +20,24 @@ def test_bundled_study_resolves_paths_relative_to_file() -> None:
 @pytest.mark.parametrize(
     ("body", "field", "needle"),
     [
-        ("name: x\nspace: a.yaml\ndeployment: b.yaml\nobjective: speed\n", "objective", "throughput_vs_tpot"),
+        (
+            "name: x\nspace: a.yaml\ndeployment: b.yaml\nobjective: speed\n",
+            "objective",
+            "throughput_vs_tpot",
+        ),
         ("name: x\nspace: a.yaml\ndeployment: b.yaml\nsampler: bogus\n", "sampler", "nsga2"),
-        ("name: x\nspace: a.yaml\ndeployment: b.yaml\nload: {concurrency: 0}\n", "load.concurrency", "greater"),
+        (
+            "name: x\nspace: a.yaml\ndeployment: b.yaml\nload: {concurrency: 0}\n",
+            "load.concurrency",
+            "greater",
+        ),
         ("name: x\nspace: a.yaml\ndeployment: b.yaml\ntypo: 1\n", "typo", "unknown field"),
         ("name: x\ndeployment: b.yaml\n", "space", "missing"),
     ],
 )
-def test_invalid_study_file_names_file_field_allowed(tmp_path: Path, body: str, field: str, needle: str) -> None:
+def test_invalid_study_file_names_file_field_allowed(
+    tmp_path: Path, body: str, field: str, needle: str
+) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(body)
     with pytest.raises(ConfigError) as info:

@@ -5,7 +5,11 @@ from autotune.study.effective import find_overrides
 
 
 def test_switch_rewritten_by_server_is_flagged() -> None:
-    tuned = {"decode": ServiceSettings(flags={"--mem-fraction-static": "0.85"}, remove_flags={"--disable-custom-all-reduce"})}
+    tuned = {
+        "decode": ServiceSettings(
+            flags={"--mem-fraction-static": "0.85"}, remove_flags={"--disable-custom-all-reduce"}
+        )
+    }
     effective = {"decode": {"mem_fraction_static": 0.85, "disable_custom_all_reduce": True}}
     overrides = find_overrides(tuned, effective)
     assert len(overrides) == 1
@@ -14,7 +18,11 @@ def test_switch_rewritten_by_server_is_flagged() -> None:
 
 
 def test_equal_values_in_other_spelling_are_not_overrides() -> None:
-    tuned = {"decode": ServiceSettings(flags={"--speculative-num-steps": "3", "--disable-cuda-graph": None})}
+    tuned = {
+        "decode": ServiceSettings(
+            flags={"--speculative-num-steps": "3", "--disable-cuda-graph": None}
+        )
+    }
     effective = {"decode": {"speculative_num_steps": 3, "disable_cuda_graph": True}}
     assert find_overrides(tuned, effective) == []
 

@@ -6,7 +6,9 @@ from autotune.study.definition import SLOSettings
 from autotune.study.objectives import FAILED_TPOT_MS, Objective
 
 
-def _metrics(throughput: float = 900.0, tpot_p99: float = 20.0, ttft_p99: float = 300.0, err: float = 0.0) -> dict:
+def _metrics(
+    throughput: float = 900.0, tpot_p99: float = 20.0, ttft_p99: float = 300.0, err: float = 0.0
+) -> dict:
     pct = lambda p99: {"mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.9, "p99": p99}  # noqa: E731
     return {
         "output_throughput": throughput,
@@ -34,7 +36,9 @@ def test_multi_objective_reads_tpot_p99() -> None:
 
 
 def test_slo_constraints_positive_when_violated() -> None:
-    obj = Objective(kind="throughput", slo=SLOSettings(tpot_p99_ms=25.0, ttft_p99_ms=500.0, max_error_rate=0.01))
+    obj = Objective(
+        kind="throughput", slo=SLOSettings(tpot_p99_ms=25.0, ttft_p99_ms=500.0, max_error_rate=0.01)
+    )
     c = obj.constraints(_metrics(tpot_p99=30.0, ttft_p99=200.0, err=0.0))
     assert c["slo_tpot_p99_ms"] == 5.0  # violated by 5 ms
     assert c["slo_ttft_p99_ms"] == -300.0  # met
@@ -47,3 +51,11 @@ def test_failed_constraints_cover_every_key() -> None:
     failed = obj.failed_constraints()
     assert set(failed) == set(obj.constraint_keys)
     assert all(v > 0 for v in failed.values())
+
+
+def test_missing_latency_sample_is_not_a_crash() -> None:
+    obj = Objective(kind="throughput_vs_tpot", slo=SLOSettings(tpot_p99_ms=30.0))
+    m = _metrics()
+    m["tpot_ms"] = {"mean": None, "p50": None, "p90": None, "p99": None}
+    assert obj.values(m) == [900.0, FAILED_TPOT_MS]
+    assert obj.constraints(m)["slo_tpot_p99_ms"] > 0

@@ -1,0 +1,115 @@
+"""What load to apply: the closed-loop benchmark definition and its SLOs.
+
+One :class:`LoadSpec` fixes everything that changes a measurement (concurrency, lengths,
+how many requests, prompt form, sampling), so two trials measured with equal specs are
+comparable. Defaults follow DOMAIN.md §3 (random dataset, fixed lengths, ``ignore_eos``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autotune.errors import ConfigError
+
+Api = Literal["completions", "chat"]
+PromptKind = Literal["token_ids", "text"]
+
+
+class SLO(BaseModel):
+    """Service-level objectives in milliseconds; unset ones are not checked.
+
+    Per request, goodput counts requests meeting every set limit. Across the run,
+    :func:`autotune.loadgen.metrics.slo_margins` compares the ``percentile`` of each
+    latency with its limit (the constraint form the study uses).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+    percentile: float = Field(default=99.0, gt=0, le=100)
+
+    def limits(self) -> dict[str, float]:
+        """Set limits by metric name (``ttft_ms``, ``tpot_ms``, ``e2e_ms``)."""
+        pairs = (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms), ("e2e_ms", self.e2e_ms))
+        return {name: value for name, value in pairs if value is not None}
+
+
+class LoadSpec(BaseModel):
+    """A closed-loop benchmark: C workers, each sends its next request when one finishes.
+
+    Stop rule: exactly one of ``requests`` (measured count) or ``duration_s`` (stop
+    dispatching after that many seconds, let in-flight requests finish). ``max_duration_s``
+    caps the measure phase hard; requests still running then are cancelled and not counted.
+    Giving ``duration_s`` alone clears the default ``requests``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int = Field(default=16, ge=1, le=65536)
+    input_len: int = Field(default=256, ge=1)
+    output_len: int = Field(default=32, ge=1)
+    warmup_requests: int | None = Field(default=None, ge=0)
+    """Discarded requests before measuring; ``None`` means one per worker (= concurrency)."""
+    requests: int | None = Field(default=64, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    max_duration_s: float = Field(default=120.0, gt=0)
+    api: Api = "completions"
+    model: str | None = None
+    """Model name sent with each request; ``None`` asks ``GET /v1/models`` once."""
+    request_timeout_s: float = Field(default=60.0, gt=0)
+    prompt: PromptKind | None = None
+    """``token_ids`` (exact input length; completions only) or ``text`` (``input_len``
+    words); ``None`` picks token_ids for completions, text for chat."""
+    temperature: float = Field(default=0.0, ge=0)
+    ignore_eos: bool = True
+    seed: int = 0
+    """Seeds the random prompts: equal seeds send equal prompts."""
+    slo: SLO = Field(default_factory=SLO)  # type: ignore[arg-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _duration_clears_requests(cls, data: Any) -> Any:
+        if (
+            isinstance(data, Mapping)
+            and data.get("duration_s") is not None
+            and "requests" not in data
+        ):
+            data = {**data, "requests": None}
+        return data
+
+    @model_validator(mode="after")
+    def _resolve(self) -> LoadSpec:
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError("set exactly one of 'requests' and 'duration_s'")
+        if self.duration_s is not None and self.duration_s > self.max_duration_s:
+            raise ValueError(
+                f"duration_s ({self.duration_s:g}) exceeds max_duration_s ({self.max_duration_s:g})"
+            )
+        if self.warmup_requests is None:
+            self.warmup_requests = self.concurrency
+        if self.prompt is None:
+            self.prompt = "token_ids" if self.api == "completions" else "text"
+        elif self.prompt == "token_ids" and self.api == "chat":
+            raise ValueError("prompt 'token_ids' needs api 'completions' (chat takes text)")
+        return self
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, file: str | None = None) -> LoadSpec:
+        """Validate user data, raising :class:`ConfigError` naming the file and field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(part) for part in err["loc"]) or None
+            expected = (err.get("ctx") or {}).get("expected")
+            raise ConfigError(
+                err["msg"],
+                file=file,
+                field=field,
+                allowed=[expected] if err["type"] == "literal_error" and expected else None,
+            ) from None
