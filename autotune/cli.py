@@ -125,7 +125,9 @@ def run(
         raise typer.Exit(code=130)
     console.print(
         f"done: {summary.trials_run} trials run in {summary.seconds:.0f}s; study holds "
-        f"{summary.trials_total}. Next: autotune best --study {study}"
+        f"{summary.trials_total}. Next: autotune best --study {study}",
+        soft_wrap=True,
+        highlight=False,
     )
 
 
@@ -192,7 +194,7 @@ def _print_best(winner: Any, base: Any, gain: float | None) -> None:
         table.add_row("error rate", f"{m['error_rate']:.3f}")
     table.add_row("config", json.dumps(winner.config, sort_keys=True))
     for name, svc in (winner.services or {}).items():
-        table.add_row(f"{name} command", svc.get("command", ""))
+        table.add_row(f"{name} command", svc.command)
     if winner.overrides:
         table.add_row("server overrides", "\n".join(winner.overrides))
     console.print(table)
@@ -303,7 +305,21 @@ def space_check(path: Path = typer.Argument(..., help="A search-space YAML file.
     console.print(str(summary), highlight=False)
 
 
+def _quiet_libraries() -> None:
+    """Optuna's INFO logs and experimental-API warnings are noise in a CLI."""
+    import logging
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 def main() -> None:
+    _quiet_libraries()
     app()
 
 

@@ -52,6 +52,9 @@ def find_overrides(
             key = flag.lstrip("-").replace("-", "_")
             if key not in resolved:
                 continue
+            if value is False and not isinstance(resolved[key], bool):
+                # A removed value flag means "server default", which any value satisfies.
+                continue
             if _normalize(resolved[key]) != _normalize(value):
                 overrides.append(
                     f"{service}: {flag} asked {value!r}, server runs {resolved[key]!r}"

@@ -30,7 +30,6 @@ def make_sampler(
             group=True,
             constant_liar=True,
             n_startup_trials=10,
-            warn_independent_sampling=False,
         )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -39,7 +38,7 @@ def make_sampler(
             raise ConfigError("the grid sampler needs a finite grid from the search space")
         return optuna.samplers.GridSampler(dict(grid), seed=seed)
     if name == "qmc":
-        return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+        return optuna.samplers.QMCSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     raise ConfigError(f"unknown sampler {name!r}", field="--sampler", allowed=SAMPLERS)

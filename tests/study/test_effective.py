@@ -31,3 +31,11 @@ def test_unreported_flags_are_not_judged() -> None:
     tuned = {"prefill": ServiceSettings(flags={"--chunked-prefill-size": "4096"})}
     assert find_overrides(tuned, {"prefill": {"other": 1}}) == []
     assert find_overrides(tuned, {}) == []
+
+
+def test_removed_value_flag_is_left_to_server_default() -> None:
+    tuned = {
+        "decode": ServiceSettings(remove_flags={"--cuda-graph-max-bs", "--speculative-algorithm"})
+    }
+    effective = {"decode": {"cuda_graph_max_bs": 160, "speculative_algorithm": None}}
+    assert find_overrides(tuned, effective) == []

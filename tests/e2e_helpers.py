@@ -1,0 +1,56 @@
+"""Shared pieces of the end-to-end tests: running the CLI for real and reading the study."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+
+REPO = Path(__file__).resolve().parents[1]
+E2E_STUDY = REPO / "tests" / "data" / "e2e-study.yaml"
+
+# A healthy, fast configuration of the bundled space (no OOM, correct output).
+FAST_CONFIG: dict[str, object] = {
+    "nccl_proto": "LL",
+    "nccl_algo": "Ring",
+    "nccl_channels": False,
+    "custom_all_reduce": False,
+    "pcie_ipc_allreduce": True,
+    "moe_runner_backend": "flashinfer_cutlass",
+    "checkpoint": "nvfp4",
+    "speculative": "off",
+    "mem_fraction_static": 0.8,
+    "cuda_graph": True,
+    "cuda_graph_max_bs": 32,
+    "max_running_requests": 32,
+    "chunked_prefill_size": 4096,
+    "pytorch_alloc_conf": "unset",
+    "triton_attention_num_kv_splits": 16,
+    "static_kv_splits": True,
+}
+
+
+def autotune_cli(
+    *args: str, cwd: Path, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"autotune {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def load(study: str, db: Path) -> optuna.Study:
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{db}")
