@@ -42,7 +42,9 @@ def validation_error_to_config_error(exc: ValidationError, *, file: str) -> Conf
     allowed = None
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
-        allowed = [s.strip().strip("'") for s in str(ctx["expected"]).replace(" or ", ",").split(",")]
+        allowed = [
+            s.strip().strip("'") for s in str(ctx["expected"]).replace(" or ", ",").split(",")
+        ]
         allowed = [a for a in allowed if a]
     msg = str(err.get("msg", "invalid value"))
     if err.get("type") == "extra_forbidden":

@@ -11,14 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
+from e2e_helpers import E2E_STUDY, FAST_CONFIG, REPO, autotune_cli, load
 from optuna.trial import TrialState
 
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
 from autotune.study.runner import Tuner
-from e2e_helpers import E2E_STUDY, FAST_CONFIG, REPO, autotune_cli, load
 
 pytestmark = pytest.mark.slow
 
