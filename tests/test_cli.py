@@ -1,0 +1,196 @@
+"""The command line: every user-facing command, real processes, clear errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_helpers import E2E_STUDY, REPO, autotune_cli, load
+
+SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A simulated SGLang server (prefill+decode in one process) in a fast configuration."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("sim") / "server.log"
+    env = {
+        **os.environ,
+        "AUTOTUNE_SIM_LOAD_SECONDS": "0.1",
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1",
+        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "true",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "autotune.sim.server",
+        "--model-path",
+        "/models/DeepSeek-V4-Flash-NVFP4",
+        "--quantization",
+        "modelopt_fp4",
+        "--moe-runner-backend",
+        "flashinfer_cutlass",
+        "--tp-size",
+        "4",
+        "--triton-attention-num-kv-splits",
+        "8",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_bench_json_against_simulated_server(sim_server: str, tmp_path: Path) -> None:
+    records = tmp_path / "records.jsonl"
+    out = autotune_cli(
+        "bench",
+        "--url",
+        sim_server,
+        "--concurrency",
+        "4",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--requests",
+        "8",
+        "--records",
+        str(records),
+        "--json",
+        cwd=tmp_path,
+    )
+    metrics = json.loads(out.stdout)
+    assert metrics["completed"] == 8 and metrics["failed"] == 0
+    assert metrics["output_throughput"] > 0
+    assert set(metrics["tpot_ms"]) >= {"mean", "p50", "p90", "p99"}
+    lines = records.read_text().splitlines()
+    assert len(lines) == 8
+    first = json.loads(lines[0])
+    assert first["completion_tokens"] == 8 and len(first["chunk_times"]) >= 1
+
+
+def test_bench_table_output(sim_server: str, tmp_path: Path) -> None:
+    out = autotune_cli(
+        "bench",
+        "--url",
+        sim_server,
+        "--concurrency",
+        "2",
+        "--output-len",
+        "4",
+        "--requests",
+        "2",
+        cwd=tmp_path,
+    )
+    assert "throughput" in out.stdout.lower()
+
+
+def test_bench_unreachable_is_one_clear_line(tmp_path: Path) -> None:
+    port = _free_port()
+    out = autotune_cli(
+        "bench", "--url", f"http://127.0.0.1:{port}", "--requests", "1", cwd=tmp_path, check=False
+    )
+    assert out.returncode == 2
+    assert f"127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_space_check_bundled(tmp_path: Path) -> None:
+    out = autotune_cli("space", "check", str(SPACE), cwd=tmp_path)
+    assert "dsv4-flash-rtx6000-pd" in out.stdout
+    assert "forbidden" in out.stdout.lower()
+
+
+def test_space_check_invalid_names_file_field_allowed(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPACE.read_text().replace("type: categorical", "type: categorial", 1))
+    out = autotune_cli("space", "check", str(bad), cwd=tmp_path, check=False)
+    assert out.returncode == 2
+    assert str(bad) in out.stderr and "categorical" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--sampler", "bogus"], "tpe"),
+        (["best", "--export", "yaml"], "systemd"),
+        (["best"], "no study database"),
+        (["report"], "no study database"),
+        (["run", "--study-file", "missing.yaml"], "missing.yaml"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    out = autotune_cli(
+        *args, "--storage", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path, check=False
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert needle in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_multi_objective_study_with_random_sampler(tmp_path: Path) -> None:
+    study_file = tmp_path / "mo.yaml"
+    study_file.write_text(
+        E2E_STUDY.read_text()
+        .replace("../../search_spaces", str(REPO / "search_spaces"))
+        .replace("../../launchers", str(REPO / "launchers"))
+        .replace("objective: throughput", "objective: throughput_vs_tpot")
+    )
+    db = tmp_path / "mo.db"
+    autotune_cli(
+        "run",
+        "--trials",
+        "2",
+        "--sampler",
+        "random",
+        "--seed",
+        "1",
+        "--study",
+        "mo",
+        "--storage",
+        f"sqlite:///{db}",
+        "--study-file",
+        str(study_file),
+        cwd=tmp_path,
+    )
+    study = load("mo", db)
+    assert study.metric_names == ["output_throughput_tok_s", "tpot_p99_ms"]
+    assert len(study.directions) == 2
+    assert all(t.values is not None and len(t.values) == 2 for t in study.trials)
+    best = autotune_cli("best", "--study", "mo", "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    assert "best feasible trial" in best.stdout
