@@ -130,6 +130,10 @@ class Deployment(BaseModel):
     model: StrictStr | None = None
     """Served model name (what requests send as ``model``)."""
     run_dir: StrictStr = "studies/runs/${deployment}"
+    sim_speedup: float = Field(1.0, gt=0, le=100)
+    """Simulated deployments only: the servers run this many times faster than the hardware
+    they model (``${sim_speedup}`` passes it to them). Measured durations are multiplied back
+    and throughputs divided, so every stored figure is in the modeled hardware's time."""
     services: dict[str, ServiceDef] = Field(min_length=1)
 
     _source: Path | None = PrivateAttr(default=None)
@@ -186,7 +190,12 @@ class Deployment(BaseModel):
     def template_context(self, *, run_dir: Path, service: str | None = None) -> dict[str, str]:
         """Template values for a field of ``service`` (or a top-level field)."""
         ports = self.ports()
-        ctx = {"python": sys.executable, "deployment": self.name, "run_dir": str(run_dir)}
+        ctx = {
+            "python": sys.executable,
+            "deployment": self.name,
+            "run_dir": str(run_dir),
+            "sim_speedup": f"{self.sim_speedup:g}",
+        }
         for n, s in self.services.items():
             ctx[f"{n}.host"] = s.host
             ctx[f"{n}.port"] = str(ports[n])
@@ -235,7 +244,7 @@ def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> st
 
 def _global_names(dep: Deployment) -> dict[str, str]:
     """Placeholder values for every name allowed at the top level (for checking)."""
-    names = {"python": "", "deployment": "", "run_dir": ""}
+    names = {"python": "", "deployment": "", "run_dir": "", "sim_speedup": ""}
     for n in dep.services:
         names[f"{n}.host"] = ""
         names[f"{n}.port"] = ""

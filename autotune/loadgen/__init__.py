@@ -12,6 +12,7 @@ from autotune.loadgen.metrics import (
     LatencyStats,
     Metrics,
     compute_metrics,
+    rescale_time,
     latency_stats,
     slo_margins,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "SSEParser",
     "arun_load",
     "compute_metrics",
+    "rescale_time",
     "latency_stats",
     "probe_text",
     "run_load",

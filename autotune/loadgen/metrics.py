@@ -212,3 +212,32 @@ def slo_margins(metrics: Metrics, slo: SLO) -> dict[str, float]:
             math.inf if measured is None else measured - limit
         )
     return out
+
+
+def rescale_time(metrics: Metrics, factor: float) -> Metrics:
+    """The same measurement on a clock running ``factor`` times slower.
+
+    Used for a simulated deployment that runs ``factor`` times faster than the hardware it
+    models: durations and latencies are multiplied by ``factor``, rates divided by it. Counts,
+    error rate and the relative standard error do not depend on the clock.
+    """
+    if factor == 1.0:
+        return metrics
+
+    def stats(s: LatencyStats) -> LatencyStats:
+        data = s.model_dump()
+        return LatencyStats(**{k: None if v is None else v * factor for k, v in data.items()})
+
+    return metrics.model_copy(
+        update={
+            "output_throughput": metrics.output_throughput / factor,
+            "total_throughput": metrics.total_throughput / factor,
+            "request_throughput": metrics.request_throughput / factor,
+            "goodput": metrics.goodput / factor,
+            "duration_s": metrics.duration_s * factor,
+            "ttft_ms": stats(metrics.ttft_ms),
+            "tpot_ms": stats(metrics.tpot_ms),
+            "itl_ms": stats(metrics.itl_ms),
+            "e2e_ms": stats(metrics.e2e_ms),
+        }
+    )

@@ -228,6 +228,11 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         sim_load_seconds=max(0.0, _float_env(env, "AUTOTUNE_SIM_LOAD_SECONDS", 0.3)),
         sim_noise=max(0.0, _float_env(env, "AUTOTUNE_SIM_NOISE", 0.03)),
         sim_seed=sim_seed,
-        sim_time_scale=max(1e-6, _float_env(env, "AUTOTUNE_SIM_TIME_SCALE", 1.0)),
+        # AUTOTUNE_SIM_SPEEDUP=8 runs the whole simulation 8x faster than the modeled hardware.
+        sim_time_scale=max(
+            1e-6,
+            _float_env(env, "AUTOTUNE_SIM_TIME_SCALE", 1.0)
+            / max(1e-6, _float_env(env, "AUTOTUNE_SIM_SPEEDUP", 1.0)),
+        ),
         sim_kv_scale=max(1e-6, _float_env(env, "AUTOTUNE_SIM_KV_SCALE", 1.0)),
     )

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.deployment import Deployment, load_deployment
 from autotune.errors import BenchError, LaunchError
 from autotune.launch import Launcher, LocalLauncher
-from autotune.loadgen import SLO, LoadSpec, probe_text, run_load
+from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
 from autotune.space import SearchSpace, load_space
 from autotune.study.definition import StudyDefinition
@@ -46,6 +46,10 @@ class RunSummary:
     trials_total: int
     interrupted: bool
     seconds: float
+
+
+def _on_wall_clock(limit_ms: float | None, speedup: float) -> float | None:
+    return None if limit_ms is None else limit_ms / speedup
 
 
 @contextmanager
@@ -112,6 +116,7 @@ class Tuner:
     def _load_spec(self) -> LoadSpec:
         load = self.definition.load
         slo = self.definition.slo
+        speedup = self.deployment.sim_speedup
         return LoadSpec(
             concurrency=load.concurrency,
             input_len=load.input_len,
@@ -125,7 +130,11 @@ class Tuner:
             request_timeout_s=load.request_timeout_s,
             api=load.api,
             model=self.deployment.model,
-            slo=SLO(ttft_ms=slo.ttft_p99_ms, tpot_ms=slo.tpot_p99_ms, e2e_ms=slo.e2e_p99_ms),
+            slo=SLO(
+                ttft_ms=_on_wall_clock(slo.ttft_p99_ms, speedup),
+                tpot_ms=_on_wall_clock(slo.tpot_p99_ms, speedup),
+                e2e_ms=_on_wall_clock(slo.e2e_p99_ms, speedup),
+            ),
         )
 
     def _recover_stale(self) -> None:
@@ -349,7 +358,10 @@ class Tuner:
             return self._failed(attrs, failure="bench_failed", reason=str(exc), log_tail=tail)
         attrs["phase_seconds"]["warmup"] = result.warmup_seconds
         attrs["phase_seconds"]["measure"] = result.measure_seconds
-        metrics = result.metrics.model_dump(mode="json")
+        # A simulated deployment may run faster than the hardware it models: figures are
+        # stored in the modeled hardware's time.
+        metrics = rescale_time(result.metrics, self.deployment.sim_speedup).model_dump(mode="json")
+        attrs["sim_speedup"] = self.deployment.sim_speedup
         attrs["metrics"] = metrics
         return TrialOutcome(
             values=self.objective.values(metrics),
