@@ -102,8 +102,16 @@ def test_replace_in_place_and_append(dep: Deployment, tmp_path: Path) -> None:
 
 
 def test_switches_added_and_removed() -> None:
-    base = ["p", "--a", "1", "--disable-radix-cache", "--speculative-algorithm", "EAGLE",
-            "--b=2", "--trust-remote-code"]
+    base = [
+        "p",
+        "--a",
+        "1",
+        "--disable-radix-cache",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--b=2",
+        "--trust-remote-code",
+    ]
     settings = ServiceSettings(
         flags={"--disable-cuda-graph": None, "--b": None},
         remove_flags={"--disable-radix-cache", "--speculative-algorithm", "--not-there"},
@@ -113,8 +121,11 @@ def test_switches_added_and_removed() -> None:
 
 
 def test_no_flag_emitted_twice_but_untouched_repeats_kept(dep: Deployment, tmp_path: Path) -> None:
-    out = apply_flags(["p", "--tp-size", "4", "--x", "--tp-size=8"],
-                      ServiceSettings(flags={"--tp-size": "2"}), service="s")
+    out = apply_flags(
+        ["p", "--tp-size", "4", "--x", "--tp-size=8"],
+        ServiceSettings(flags={"--tp-size": "2"}),
+        service="s",
+    )
     assert out == ["p", "--tp-size", "2", "--x"]
     router = render(SPACE, dep, {}, run_dir=tmp_path)["router"].argv
     assert router.count("--prefill") == 2  # a multi-worker router line is left alone
@@ -123,21 +134,27 @@ def test_no_flag_emitted_twice_but_untouched_repeats_kept(dep: Deployment, tmp_p
 @settings(deadline=None, max_examples=200)
 @given(
     base=st.lists(st.sampled_from(["--a", "--b", "--c=1", "--d", "v", "--e=x"]), max_size=12),
-    flags=st.dictionaries(st.sampled_from(["--a", "--b", "--c", "--f"]),
-                          st.one_of(st.none(), st.sampled_from(["1", "2"]))),
+    flags=st.dictionaries(
+        st.sampled_from(["--a", "--b", "--c", "--f"]),
+        st.one_of(st.none(), st.sampled_from(["1", "2"])),
+    ),
     remove=st.sets(st.sampled_from(["--d", "--e", "--g"])),
 )
 def test_property_each_set_flag_exactly_once(
     base: list[str], flags: dict[str, str | None], remove: set[str]
 ) -> None:
-    out = apply_flags(["prog", *base], ServiceSettings(flags=flags, remove_flags=remove),
-                      service="s")
+    out = apply_flags(
+        ["prog", *base], ServiceSettings(flags=flags, remove_flags=remove), service="s"
+    )
     names = [t.split("=", 1)[0] for t in out if t.startswith("--")]
     for flag, value in flags.items():
         assert names.count(flag) == 1
         i = next(i for i, t in enumerate(out) if t.split("=", 1)[0] == flag)
-        given_value = out[i].split("=", 1)[1] if "=" in out[i] else (
-            out[i + 1] if i + 1 < len(out) and not out[i + 1].startswith("--") else None)
+        given_value = (
+            out[i].split("=", 1)[1]
+            if "=" in out[i]
+            else (out[i + 1] if i + 1 < len(out) and not out[i + 1].startswith("--") else None)
+        )
         assert given_value == value
     assert not set(names) & remove
     assert out[0] == "prog"
@@ -196,8 +213,9 @@ def test_space_errors(dep: Deployment, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         render(bad, dep, {}, run_dir=tmp_path)
     assert info.value.allowed == ["prefill", "decode", "router"]
-    clash = FakeSpace({"decode": lambda c: ServiceSettings(flags={"--x": "1"},
-                                                          remove_flags={"--x"})})
+    clash = FakeSpace(
+        {"decode": lambda c: ServiceSettings(flags={"--x": "1"}, remove_flags={"--x"})}
+    )
     with pytest.raises(ConfigError, match="both sets and removes --x"):
         render(clash, dep, {}, run_dir=tmp_path)
     abbrev = FakeSpace({"decode": lambda c: ServiceSettings(flags={"-x": "1"})})
@@ -212,7 +230,31 @@ def test_bundled_sim_deployment_renders_like_the_brief(tmp_path: Path) -> None:
     assert specs["prefill"].argv[:3] == (sys.executable, "-m", "autotune.sim.server")
     assert specs["decode"].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     router = specs["router"].argv
-    assert router[3:] == ("--pd-disaggregation", "--prefill", f"http://127.0.0.1:{p1}", "8998",
-                          "--decode", f"http://127.0.0.1:{p2}", "--host", "127.0.0.1", "--port",
-                          str(dep.ports()["router"]))
+    assert router[3:] == (
+        "--pd-disaggregation",
+        "--prefill",
+        f"http://127.0.0.1:{p1}",
+        "8998",
+        "--decode",
+        f"http://127.0.0.1:{p2}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(dep.ports()["router"]),
+    )
     assert dep.endpoint_url(run_dir=tmp_path) == f"http://127.0.0.1:{dep.ports()['router']}"
+
+
+def test_sim_speedup_reaches_the_simulated_servers() -> None:
+    from pathlib import Path
+
+    from autotune.deployment import load_deployment
+    from autotune.render import render
+
+    dep = load_deployment(
+        Path(__file__).resolve().parents[1] / "launchers" / "sim-dsv4-flash-pd.yaml"
+    )
+    assert dep.sim_speedup == 8
+    specs = render(None, dep, {}, run_dir=Path("/tmp/x"))
+    assert specs["decode"].env["AUTOTUNE_SIM_SPEEDUP"] == "8"
+    assert specs["prefill"].env["AUTOTUNE_SIM_SPEEDUP"] == "8"

@@ -10,10 +10,25 @@ import pytest
 from autotune.loadgen import SLO, RequestRecord, compute_metrics, slo_margins
 
 
-def rec(index: int, send: float, chunks: list[float], end: float, *, out: int | None,
-        prompt: int | None = 10, error: str | None = None) -> RequestRecord:
-    return RequestRecord(index=index, send_time=send, end_time=end, chunk_times=chunks,
-                         prompt_tokens=prompt, completion_tokens=out, error=error)
+def rec(
+    index: int,
+    send: float,
+    chunks: list[float],
+    end: float,
+    *,
+    out: int | None,
+    prompt: int | None = 10,
+    error: str | None = None,
+) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        send_time=send,
+        end_time=end,
+        chunk_times=chunks,
+        prompt_tokens=prompt,
+        completion_tokens=out,
+        error=error,
+    )
 
 
 # r0: TTFT 100, E2E 350, TPOT (350-100)/2 = 125, ITL 100, 100
@@ -43,13 +58,17 @@ def test_hand_computed_metrics() -> None:
     assert m.errors == {"boom": 1}
     # numpy linear percentiles, by hand: sorted x, index p/100*(n-1)
     assert m.ttft_ms.model_dump() == pytest.approx(
-        {"mean": 200.0, "p50": 200.0, "p90": 270.0, "p99": 297.0})
+        {"mean": 200.0, "p50": 200.0, "p90": 270.0, "p99": 297.0}
+    )
     assert m.tpot_ms.model_dump() == pytest.approx(
-        {"mean": 287.5 / 3, "p50": 100.0, "p90": 120.0, "p99": 124.5})
+        {"mean": 287.5 / 3, "p50": 100.0, "p90": 120.0, "p99": 124.5}
+    )
     assert m.itl_ms.model_dump() == pytest.approx(
-        {"mean": 112.5, "p50": 100.0, "p90": 170.0, "p99": 197.0})
+        {"mean": 112.5, "p50": 100.0, "p90": 170.0, "p99": 197.0}
+    )
     assert m.e2e_ms.model_dump() == pytest.approx(
-        {"mean": 350.0, "p50": 375.0, "p90": 435.0, "p99": 448.5})
+        {"mean": 350.0, "p50": 375.0, "p90": 435.0, "p99": 448.5}
+    )
     assert m.goodput == pytest.approx(m.request_throughput) and m.slo_met == 4
 
 
@@ -80,7 +99,8 @@ def test_extra_percentiles_and_slo_percentile() -> None:
 def test_slo_margins() -> None:
     m = compute_metrics(RECORDS, slo=SLO(tpot_ms=100, ttft_ms=250, percentile=90))
     assert slo_margins(m, SLO(tpot_ms=100, ttft_ms=250, percentile=90)) == pytest.approx(
-        {"slo_ttft_p90_ms": 20.0, "slo_tpot_p90_ms": 20.0})
+        {"slo_ttft_p90_ms": 20.0, "slo_tpot_p90_ms": 20.0}
+    )
     assert slo_margins(m, SLO(e2e_ms=500)) == pytest.approx({"slo_e2e_p99_ms": -51.5})
     one_token = compute_metrics([rec(0, 0.0, [0.1], 0.1, out=1)])
     assert slo_margins(one_token, SLO(tpot_ms=10)) == {"slo_tpot_p99_ms": math.inf}
@@ -120,3 +140,30 @@ def test_throughput_rse() -> None:
     m = compute_metrics(bursty, duration_s=1.0)
     assert m.output_throughput_rse == pytest.approx(1.0)  # std/sqrt(10)/mean for one full bin
     assert compute_metrics(steady[:5], duration_s=1.0).output_throughput_rse is None
+
+
+def test_rescale_time_converts_to_modeled_clock() -> None:
+    from autotune.loadgen import rescale_time
+    from autotune.loadgen.records import RequestRecord
+
+    records = [
+        RequestRecord(
+            index=i,
+            send_time=0.0,
+            end_time=1.0,
+            chunk_times=[0.2, 0.6, 1.0],
+            prompt_tokens=10,
+            completion_tokens=3,
+            status=200,
+        )
+        for i in range(4)
+    ]
+    fast = compute_metrics(records, duration_s=1.0)
+    slow = rescale_time(fast, 8.0)
+    assert slow.output_throughput == pytest.approx(fast.output_throughput / 8)
+    assert slow.request_throughput == pytest.approx(fast.request_throughput / 8)
+    assert slow.duration_s == pytest.approx(8.0)
+    assert slow.ttft_ms.p99 == pytest.approx(fast.ttft_ms.p99 * 8)
+    assert slow.tpot_ms.mean == pytest.approx(fast.tpot_ms.mean * 8)
+    assert slow.completed == fast.completed and slow.error_rate == fast.error_rate
+    assert rescale_time(fast, 1.0) is fast
