@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -38,6 +37,7 @@ from autotune.errors import ConfigError
 from autotune.launch.order import DependencyError, dependency_order
 from autotune.launch.ports import pick_free_ports
 from autotune.specs import ServiceSpec
+from autotune.yamlio import read_yaml
 
 PORT_AUTO = "auto"
 _NAME_RX = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -95,7 +95,8 @@ class ServiceDef(BaseModel):
     def _host(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
             raise PydanticCustomError(
-                "host", "host {value} must be a plain name or address (no templates)",
+                "host",
+                "host {value} must be a plain name or address (no templates)",
                 {"value": repr(value)},
             )
         return value
@@ -404,15 +405,5 @@ def load_deployment(
                 field="deployment",
                 allowed=sorted(known),
             )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror}", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"invalid YAML{where}: {problem}", file=str(path)) from None
+    data = read_yaml(path)
     return parse_deployment(data, file=path)

@@ -81,7 +81,7 @@ def test_unknown_name_lists_bundled(tmp_path: Path) -> None:
 
 def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
     err = error_for(tmp_path, "name: x\nservices:\n  a: [1, 2\n  b: 3\n")
-    assert "invalid YAML at line" in str(err)
+    assert "YAML syntax error at line" in str(err)
 
 
 def test_top_level_must_be_mapping(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from autotune.loadgen.metrics import (
     LatencyStats,
     Metrics,
     compute_metrics,
-    rescale_time,
     latency_stats,
+    rescale_time,
     slo_margins,
 )
 from autotune.loadgen.probe import probe_text

@@ -10,120 +10,20 @@ from __future__ import annotations
 
 import difflib
 import random
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from autotune.errors import ConfigError
 from autotune.space.checks import compile_space
 from autotune.space.model import MODEL_FIELDS, PARAM_TYPES, TARGET_KINDS, SpaceFile
 from autotune.space.searchspace import SearchSpace
+from autotune.yamlio import read_yaml
 
-MAX_FILE_BYTES = 1_000_000
 SMOKE_CONFIGS = 16
 """Seeded random configurations every expression is evaluated on while loading."""
-
-# --------------------------------------------------------------------------- YAML
-
-
-_Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x
-
-
-class _Loader(_Base):  # type: ignore[valid-type,misc]
-    """SafeLoader with YAML 1.2 scalars and duplicate-key detection."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            try:
-                duplicate = key in seen
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a mapping key must be a scalar", key_node.start_mark
-                ) from None
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [
-        (tag, rx)
-        for tag, rx in resolvers
-        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool",
-    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"),
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    list("-+0123456789"),
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+.0123456789"),
-)
-
-
-def _construct_int(loader: Any, node: yaml.ScalarNode) -> int:
-    text = str(loader.construct_scalar(node))
-    return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
-
-
-def _construct_float(loader: Any, node: yaml.ScalarNode) -> float:
-    text = str(loader.construct_scalar(node)).lower()
-    if text.endswith(".inf"):
-        return float("-inf") if text.startswith("-") else float("inf")
-    if text == ".nan":
-        return float("nan")
-    return float(text)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
-
-
-def read_yaml(path: Path) -> object:
-    """The YAML document in ``path``; syntax errors name the line and column."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"file larger than {MAX_FILE_BYTES} bytes", file=str(path))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)
-        ) from None
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ConfigError(f"YAML syntax error{where}: {problem}", file=str(path)) from None
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise ConfigError(f"YAML error: {exc}", file=str(path)) from None
-
 
 # --------------------------------------------------------------------------- pydantic errors
 

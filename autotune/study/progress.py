@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, Protocol
 
 from rich.console import Console
@@ -22,18 +23,7 @@ class ProgressSink(Protocol):
 
     def phase(self, name: str) -> None: ...
 
-    def trial_finished(
-        self,
-        *,
-        number: int,
-        throughput: float | None,
-        failure: str | None,
-        reason: str | None,
-        best: float | None,
-        best_number: int | None,
-        seconds: float,
-        reused_from: int | None,
-    ) -> None: ...
+    def trial_finished(self, report: TrialReport) -> None: ...
 
     def message(self, text: str) -> None: ...
 
@@ -49,7 +39,7 @@ class NullProgress:
     def phase(self, name: str) -> None:
         pass
 
-    def trial_finished(self, **_: object) -> None:
+    def trial_finished(self, report: TrialReport) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -59,11 +49,30 @@ class NullProgress:
         pass
 
 
-def _outcome_text(throughput: float | None, failure: str | None, reason: str | None) -> str:
-    if failure:
-        short = (reason or "").splitlines()[0][:90] if reason else ""
-        return f"infeasible [{failure}] {short}".rstrip()
-    return f"{throughput:,.1f} tok/s" if throughput is not None else "-"
+@dataclass(frozen=True)
+class TrialReport:
+    """How one trial ended, as shown to the user."""
+
+    number: int
+    throughput: float | None
+    failure: str | None
+    reason: str | None
+    best: float | None
+    best_number: int | None
+    seconds: float
+    reused_from: int | None
+
+    def outcome(self) -> str:
+        if self.failure:
+            short = (self.reason or "").splitlines()[0][:90] if self.reason else ""
+            text = f"infeasible [{self.failure}] {short}".rstrip()
+        else:
+            text = f"{self.throughput:,.1f} tok/s" if self.throughput is not None else "-"
+        reuse = f" (reused #{self.reused_from})" if self.reused_from is not None else ""
+        return f"{text}{reuse} in {self.seconds:.1f}s"
+
+    def best_text(self) -> str:
+        return f"{self.best:,.1f} tok/s (#{self.best_number})" if self.best is not None else "-"
 
 
 class PlainProgress:
@@ -84,24 +93,8 @@ class PlainProgress:
     def phase(self, name: str) -> None:
         self._phase = name
 
-    def trial_finished(
-        self,
-        *,
-        number: int,
-        throughput: float | None,
-        failure: str | None,
-        reason: str | None,
-        best: float | None,
-        best_number: int | None,
-        seconds: float,
-        reused_from: int | None,
-    ) -> None:
-        reuse = f" (reused #{reused_from})" if reused_from is not None else ""
-        best_text = f"best {best:,.1f} tok/s (#{best_number})" if best is not None else "best -"
-        self._print(
-            f"{self._prefix}: {_outcome_text(throughput, failure, reason)}{reuse} "
-            f"in {seconds:.1f}s | {best_text}"
-        )
+    def trial_finished(self, report: TrialReport) -> None:
+        self._print(f"{self._prefix}: {report.outcome()} | best {report.best_text()}")
 
     def message(self, text: str) -> None:
         self._print(text)
@@ -156,24 +149,9 @@ class RichProgress:
         self._phase_started = time.monotonic()
         self._refresh()
 
-    def trial_finished(
-        self,
-        *,
-        number: int,
-        throughput: float | None,
-        failure: str | None,
-        reason: str | None,
-        best: float | None,
-        best_number: int | None,
-        seconds: float,
-        reused_from: int | None,
-    ) -> None:
-        reuse = f" (reused #{reused_from})" if reused_from is not None else ""
-        self._last = (
-            f"#{number}: {_outcome_text(throughput, failure, reason)}{reuse} in {seconds:.1f}s"
-        )
-        if best is not None:
-            self._best = f"{best:,.1f} tok/s (#{best_number})"
+    def trial_finished(self, report: TrialReport) -> None:
+        self._last = f"#{report.number}: {report.outcome()}"
+        self._best = report.best_text()
         self._console.print(
             f"[dim]trial {self._index}/{self._total}[/dim] {self._last}", highlight=False
         )

@@ -24,11 +24,12 @@ from autotune.errors import BenchError, LaunchError
 from autotune.launch import Launcher, LocalLauncher
 from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
+from autotune.results import feasible
 from autotune.space import SearchSpace, load_space
 from autotune.study.definition import StudyDefinition
 from autotune.study.effective import find_overrides
 from autotune.study.objectives import Objective
-from autotune.study.progress import NullProgress, ProgressSink
+from autotune.study.progress import NullProgress, ProgressSink, TrialReport
 from autotune.study.record import TrialOutcome, fail_trial, finish_trial
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import create_or_load_study, open_storage
@@ -243,26 +244,23 @@ class Tuner:
             self._known.setdefault(key, trial.number)
         best = self._best()
         self.progress.trial_finished(
-            number=trial.number,
-            throughput=outcome.values[0] if outcome.failure is None else None,
-            failure=outcome.failure,
-            reason=outcome.attrs.get("reason"),
-            best=best[0] if best else None,
-            best_number=best[1] if best else None,
-            seconds=elapsed,
-            reused_from=outcome.attrs.get("reused_from"),
+            TrialReport(
+                number=trial.number,
+                throughput=outcome.values[0] if outcome.failure is None else None,
+                failure=outcome.failure,
+                reason=outcome.attrs.get("reason"),
+                best=best[0] if best else None,
+                best_number=best[1] if best else None,
+                seconds=elapsed,
+                reused_from=outcome.attrs.get("reused_from"),
+            )
         )
 
     def _best(self) -> tuple[float, int] | None:
-        best: tuple[float, int] | None = None
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("failure") or t.values is None:
-                continue
-            if any(v > 0 for v in t.system_attrs.get("constraints", [])):
-                continue
-            if best is None or t.values[0] > best[0]:
-                best = (t.values[0], t.number)
-        return best
+        """(throughput, trial number) of the best feasible trial so far, for the display."""
+        done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        scored = [(t.values[0], t.number) for t in done if feasible(t)]
+        return max(scored, key=lambda s: (s[0], -s[1])) if scored else None
 
     # ------------------------------------------------------------------ one trial
 

@@ -51,5 +51,5 @@ def test_invalid_study_file_names_file_field_allowed(
 def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("name: x\nspace: [a\n")
-    with pytest.raises(ConfigError, match="line"):
+    with pytest.raises(ConfigError, match="YAML syntax error at line"):
         load_study_definition(path)
