@@ -236,6 +236,90 @@ def dashboard(
     serve_dashboard(url, host=host, port=port)
 
 
+def _deployment_context(study: str, study_file: Path | None) -> tuple[Any, Any, Any, Path]:
+    """(definition, space, deployment, run_dir) of a study file, as ``run`` resolves them."""
+    from autotune.deployment import load_deployment
+    from autotune.space import load_space
+    from autotune.study.definition import load_study_definition
+
+    definition = load_study_definition(study_file or Path("studies") / f"{study}.yaml")
+    space = load_space(definition.resolve(definition.space))
+    deployment = load_deployment(definition.resolve(definition.deployment))
+    return definition, space, deployment, deployment.default_run_dir(study)
+
+
+@app.command()
+@_friendly
+def restore(
+    study: str = StudyOpt,
+    study_file: Path | None = typer.Option(None, "--study-file"),
+) -> None:
+    """Leave the hosts as found: remove autotune's drop-ins, stop what it started."""
+    from autotune.launch.factory import make_launcher
+    from autotune.render import render
+
+    _, space, deployment, run_dir = _deployment_context(study, study_file)
+    specs = render(space, deployment, space.baseline_config(), run_dir=run_dir)
+    launcher = make_launcher(deployment, run_dir=run_dir)
+    try:
+        done = launcher.restore(
+            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False)
+        )
+    finally:
+        launcher.detach()
+    console.print(f"restored: {', '.join(done) or 'nothing to do'}", highlight=False)
+
+
+@app.command()
+@_friendly
+def apply(
+    trial: int | None = typer.Option(None, "--trial", help="Trial number to install."),
+    best_: bool = typer.Option(False, "--best", help="Install the best feasible trial."),
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    study_file: Path | None = typer.Option(None, "--study-file"),
+) -> None:
+    """Install a trial's configuration for good (services keep running after autotune exits)."""
+    from autotune.errors import ConfigError
+    from autotune.launch.factory import make_launcher
+    from autotune.render import render
+    from autotune.results import TrialResult, best_trial
+
+    if (trial is None) == (not best_):
+        raise ConfigError("give exactly one of --trial N or --best", field="apply")
+    opened = _open_existing(study, storage)
+    if best_:
+        chosen = best_trial(opened)
+        if chosen is None:
+            raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
+    else:
+        numbers = [t.number for t in opened.trials]
+        if trial not in numbers:
+            raise ConfigError(
+                f"no trial {trial}", field="--trial", allowed=numbers[-20:] or ["(none)"]
+            )
+        chosen = TrialResult.from_frozen(opened.trials[trial], metric_names=opened.metric_names)
+    if not chosen.config:
+        raise AutotuneError(f"trial {chosen.number} has no stored configuration")
+    _, space, deployment, run_dir = _deployment_context(study, study_file)
+    specs = render(space, deployment, space.complete(chosen.config), run_dir=run_dir)
+    launcher = make_launcher(deployment, run_dir=run_dir)
+    try:
+        result = launcher.apply(
+            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False)
+        )
+    except BaseException:
+        launcher.close()
+        raise
+    launcher.detach()
+    console.print(
+        f"trial {chosen.number} installed ({', '.join(result.restarted) or 'nothing restarted'}); "
+        f"endpoint {deployment.endpoint_url(specs)}; undo with `autotune restore --study {study}`",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @app.command()
 @_friendly
 def bench(

@@ -36,6 +36,7 @@ from pydantic_core import PydanticCustomError
 from autotune.errors import ConfigError
 from autotune.launch.order import DependencyError, dependency_order
 from autotune.launch.ports import pick_free_ports
+from autotune.remote.hosts import HostSpec, validate_hosts
 from autotune.specs import ServiceSpec
 from autotune.yamlio import read_yaml
 
@@ -76,6 +77,19 @@ class ServiceDef(BaseModel):
     workdir: StrictStr | None = None
     depends_on: list[StrictStr] = Field(default_factory=list)
     """Services that must be healthy before this one starts (the router's workers)."""
+    on: StrictStr | None = None
+    """Host (a key of the deployment's ``hosts:``) that runs the service over SSH; unset =
+    this machine."""
+    manager: Literal["local", "process", "systemd"] | None = None
+    """``local`` (child process of the tuner), ``process`` (detached, pidfile, on the host) or
+    ``systemd`` (drop-in on ``unit``). Default: ``local`` without ``on``, else ``process``."""
+    unit: StrictStr | None = None
+    """systemd unit name for ``manager: systemd`` (e.g. ``sglang-decode.service``)."""
+
+    def resolved_manager(self) -> str:
+        if self.manager is not None:
+            return self.manager
+        return "local" if self.on is None else "process"
 
     @field_validator("port", mode="before")
     @classmethod
@@ -131,6 +145,8 @@ class Deployment(BaseModel):
     model: StrictStr | None = None
     """Served model name (what requests send as ``model``)."""
     run_dir: StrictStr = "studies/runs/${deployment}"
+    hosts: dict[str, HostSpec] = Field(default_factory=dict)
+    """SSH hosts services run on (``on:``); keys only, never passwords."""
     sim_speedup: float = Field(1.0, gt=0, le=100)
     """Simulated deployments only: the servers run this many times faster than the hardware
     they model (``${sim_speedup}`` passes it to them). Measured durations are multiplied back
@@ -275,6 +291,37 @@ def _check(dep: Deployment) -> None:
     """Cross-field rules pydantic cannot see: references, cycles, ports, templates."""
     file = dep.file_label
     names = list(dep.services)
+    validate_hosts(dep.hosts, file=file)
+    for n, s in dep.services.items():
+        base = f"services.{n}"
+        if s.on is not None and s.on not in dep.hosts:
+            raise ConfigError(
+                f"unknown host '{s.on}'", file=file, field=f"{base}.on", allowed=sorted(dep.hosts)
+            )
+        manager = s.resolved_manager()
+        if manager == "local" and s.on is not None:
+            raise ConfigError(
+                "a service on an SSH host needs manager process or systemd",
+                file=file,
+                field=f"{base}.manager",
+                allowed=["process", "systemd"],
+            )
+        if manager == "systemd" and not s.unit:
+            raise ConfigError("manager systemd needs `unit:`", file=file, field=f"{base}.unit")
+        if s.on is not None and s.port == PORT_AUTO:
+            raise ConfigError(
+                "a service on an SSH host needs a fixed port (auto picks a free port on this "
+                "machine only)",
+                file=file,
+                field=f"{base}.port",
+            )
+        if s.unit is not None and manager != "systemd":
+            raise ConfigError(
+                "`unit:` is only for manager systemd",
+                file=file,
+                field=f"{base}.manager",
+                allowed=["systemd"],
+            )
     expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir")
     for n, s in dep.services.items():
         for i, d in enumerate(s.depends_on):

@@ -186,9 +186,7 @@ def render(
         argv = apply_flags(argv, settings, service=name)
         clash = sorted(set(settings.env) & set(settings.unset_env))
         if clash:
-            raise ConfigError(
-                f"search space both sets and unsets {', '.join(clash)}", field=base
-            )
+            raise ConfigError(f"search space both sets and unsets {', '.join(clash)}", field=base)
         for key, value in settings.env.items():
             env[key] = _value(value, what=f"env {key}", service=name)
         for key in settings.unset_env:
@@ -209,5 +207,8 @@ def render(
             workdir=str(Path(workdir).expanduser().resolve()) if workdir is not None else None,
             depends_on=tuple(svc.depends_on),
             info_url=ex(svc.info_url, "info_url") if svc.info_url is not None else None,
+            on=svc.on,
+            manager=svc.resolved_manager(),  # type: ignore[arg-type]
+            unit=svc.unit,
         )
     return specs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,13 @@ class ServiceSpec(BaseModel):
     depends_on: tuple[str, ...] = ()
     info_url: str | None = None
     """``/server_info`` (or ``/get_server_info``) URL read after readiness, if any."""
+    on: str | None = None
+    """Name of the SSH host (deployment ``hosts:``) that runs the service; None = this machine."""
+    manager: Literal["local", "process", "systemd"] = "local"
+    """How the service is run: a child process of the tuner (local), a detached process on a
+    host (process), or a systemd unit with an autotune drop-in (systemd)."""
+    unit: str | None = None
+    """systemd unit name (manager ``systemd``), e.g. ``sglang-decode.service``."""
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what the process does (not where it logs)."""
@@ -41,6 +49,8 @@ class ServiceSpec(BaseModel):
             "env": dict(sorted(self.env.items())),
             "unset_env": sorted(self.unset_env),
             "workdir": self.workdir,
+            "on": self.on,
+            "unit": self.unit,
             "host": self.host,
             "port": self.port,
         }

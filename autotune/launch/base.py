@@ -218,6 +218,16 @@ class Launcher(ABC):
         """The last log lines of each service since its start (for failure reports)."""
         return ""
 
+    def restore(
+        self, specs: Mapping[str, ServiceSpec], *, on_event: EventCallback | None = None
+    ) -> list[str]:
+        """Bring the hosts back to their pre-tuning state (the base: stop what was started)."""
+        self.stop_all()
+        return list(specs)
+
+    def detach(self) -> None:
+        """Release resources but leave the services running (``autotune apply``)."""
+
     def close(self) -> None:
         """Stop everything and release resources."""
         self.stop_all()

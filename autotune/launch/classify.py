@@ -23,6 +23,8 @@ class FailureClass(str, Enum):
     config_rejected = "config_rejected"
     readiness_timeout = "readiness_timeout"
     exited = "exited"
+    host_unreachable = "host_unreachable"
+    """SSH to the service's host failed or timed out (not a property of the config)."""
     unknown = "unknown"
 
     def __str__(self) -> str:

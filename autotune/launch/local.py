@@ -242,6 +242,12 @@ class LocalLauncher(Launcher):
         finally:
             self._prober.close()
 
+    def detach(self) -> None:
+        # The processes run in their own sessions and are recorded in state.json, so they
+        # outlive the tuner and a later `autotune restore` (stop_all) can stop them.
+        self._procs.clear()
+        self._prober.close()
+
     # ----------------------------------------------------------------- helpers
     def _fail(self, p: _Proc, *, rc: int | None) -> None:
         """Stop ``p``, classify its log since the start, raise LaunchError."""

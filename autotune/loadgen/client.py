@@ -106,8 +106,15 @@ class _Bodies:
 class _Attempt:
     """Mutable state of one request, kept outside the task so a timeout keeps partial data."""
 
-    __slots__ = ("chunk_times", "pieces", "prompt_tokens", "completion_tokens", "status",
-                 "error", "done_time")
+    __slots__ = (
+        "chunk_times",
+        "pieces",
+        "prompt_tokens",
+        "completion_tokens",
+        "status",
+        "error",
+        "done_time",
+    )
 
     def __init__(self) -> None:
         self.chunk_times: list[float] = []
@@ -123,8 +130,9 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-async def _stream(client: httpx.AsyncClient, path: str, body: bytes, att: _Attempt,
-                  chat: bool) -> None:
+async def _stream(
+    client: httpx.AsyncClient, path: str, body: bytes, att: _Attempt, chat: bool
+) -> None:
     async with client.stream("POST", path, content=body, headers=_STREAM_HEADERS) as resp:
         att.status = resp.status_code
         if resp.status_code != 200:
@@ -176,8 +184,16 @@ async def _stream(client: httpx.AsyncClient, path: str, body: bytes, att: _Attem
             att.error = "stream ended before 'data: [DONE]'"
 
 
-async def _request(client: httpx.AsyncClient, *, path: str, body: bytes, index: int,
-                   timeout_s: float, chat: bool, base: str) -> RequestRecord:
+async def _request(
+    client: httpx.AsyncClient,
+    *,
+    path: str,
+    body: bytes,
+    index: int,
+    timeout_s: float,
+    chat: bool,
+    base: str,
+) -> RequestRecord:
     att = _Attempt()
     send = perf_counter()
     try:
@@ -295,19 +311,28 @@ async def arun_load(
     """
     base = base_url(url)
     c = spec.concurrency
-    timeout = httpx.Timeout(spec.request_timeout_s,
-                            connect=min(spec.request_timeout_s, _CONNECT_TIMEOUT_S))
+    timeout = httpx.Timeout(
+        spec.request_timeout_s, connect=min(spec.request_timeout_s, _CONNECT_TIMEOUT_S)
+    )
     transport = WorkerTransport(c)  # C keep-alive connections, one per worker
-    async with httpx.AsyncClient(base_url=base, transport=transport, timeout=timeout,
-                                 trust_env=False) as client:
+    async with httpx.AsyncClient(
+        base_url=base, transport=transport, timeout=timeout, trust_env=False
+    ) as client:
         model = spec.model or await _resolve_model(client, base)
         bodies = _Bodies(spec, model)
         path = endpoint(spec.api)
         chat = spec.api == "chat"
 
         def send(index: int) -> Awaitable[RequestRecord]:
-            return _request(client, path=path, body=bodies.next(), index=index,
-                            timeout_s=spec.request_timeout_s, chat=chat, base=base)
+            return _request(
+                client,
+                path=path,
+                body=bodies.next(),
+                index=index,
+                timeout_s=spec.request_timeout_s,
+                chat=chat,
+                base=base,
+            )
 
         warmup_seconds = 0.0
         n_warm = spec.warmup_requests or 0
@@ -315,8 +340,14 @@ async def arun_load(
             if on_phase:
                 on_phase("warmup")
             t0 = perf_counter()
-            warm = _ClosedLoop(send, count=n_warm, dispatch_until=None, abort_on_error=True,
-                               failure_streak=n_warm, on_record=None)
+            warm = _ClosedLoop(
+                send,
+                count=n_warm,
+                dispatch_until=None,
+                abort_on_error=True,
+                failure_streak=n_warm,
+                on_record=None,
+            )
             try:
                 await warm.run(min(c, n_warm), hard_deadline=None)
             except _WarmupFailed as exc:
@@ -352,9 +383,14 @@ async def arun_load(
         )
     duration = max(r.end_time for r in records) - min(r.send_time for r in records)
     metrics = compute_metrics(records, duration_s=duration, slo=spec.slo)
-    return BenchResult(records=records, metrics=metrics, warmup_seconds=warmup_seconds,
-                       measure_seconds=measure_seconds, model=model,
-                       stop_reason=loop.stop_reason)
+    return BenchResult(
+        records=records,
+        metrics=metrics,
+        warmup_seconds=warmup_seconds,
+        measure_seconds=measure_seconds,
+        model=model,
+        stop_reason=loop.stop_reason,
+    )
 
 
 async def _resolve_model(client: httpx.AsyncClient, base: str) -> str:
@@ -374,4 +410,3 @@ def run_load(
 ) -> BenchResult:
     """Synchronous :func:`arun_load` (own event loop; call ``arun_load`` from async code)."""
     return asyncio.run(arun_load(url, spec, on_phase=on_phase, on_progress=on_progress))
-

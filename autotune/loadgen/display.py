@@ -46,8 +46,9 @@ def metrics_table(metrics: Metrics) -> Table:
     table.add_section()
     for label, field in _LATENCIES:
         stats: LatencyStats = getattr(metrics, field)
-        table.add_row(f"{label} (ms)", _ms(stats.mean), _ms(stats.p50), _ms(stats.p90),
-                      _ms(stats.p99))
+        table.add_row(
+            f"{label} (ms)", _ms(stats.mean), _ms(stats.p50), _ms(stats.p90), _ms(stats.p99)
+        )
     if metrics.errors:
         table.add_section()
         for message, count in metrics.errors.items():

@@ -48,18 +48,21 @@ def probe_text(
     except httpx.HTTPError as exc:
         raise BenchError(f"probe request to {base} failed: {type(exc).__name__}: {exc}") from None
     if resp.status_code != 200:
-        raise BenchError(f"probe request to {base} answered HTTP {resp.status_code}: "
-                         f"{snippet(resp.content)}")
+        raise BenchError(
+            f"probe request to {base} answered HTTP {resp.status_code}: {snippet(resp.content)}"
+        )
     try:
         payload = resp.json()
         if isinstance(payload, dict) and payload.get("error") is not None:
-            raise BenchError(f"probe request to {base}: server error: "
-                             f"{error_text(payload['error'])}")
+            raise BenchError(
+                f"probe request to {base}: server error: {error_text(payload['error'])}"
+            )
         choice = payload["choices"][0]
         text = choice["message"]["content"] if api == "chat" else choice["text"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise BenchError(f"probe request to {base}: unexpected answer {snippet(resp.content)}")\
-            from None
+        raise BenchError(
+            f"probe request to {base}: unexpected answer {snippet(resp.content)}"
+        ) from None
     if not isinstance(text, str):
         raise BenchError(f"probe request to {base}: no text in answer {snippet(resp.content)}")
     return text

@@ -23,11 +23,18 @@ class WorkerTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, workers: int, *, keepalive_expiry: float = 30.0) -> None:
         ssl_context = httpx.create_ssl_context(trust_env=False)  # built once, shared
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1,
-                              keepalive_expiry=keepalive_expiry)
+        limits = httpx.Limits(
+            max_connections=1, max_keepalive_connections=1, keepalive_expiry=keepalive_expiry
+        )
         self._pools = [
-            httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, http1=True,
-                                     http2=False, trust_env=False, retries=0)
+            httpx.AsyncHTTPTransport(
+                verify=ssl_context,
+                limits=limits,
+                http1=True,
+                http2=False,
+                trust_env=False,
+                retries=0,
+            )
             for _ in range(max(workers, 1))
         ]
 

@@ -139,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS,
-                   default="mooncake")
+    p.add_argument(
+        "--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS, default="mooncake"
+    )
     p.add_argument("--disaggregation-ib-device")
     p.add_argument("--moe-runner-backend", choices=MOE_RUNNER_CHOICES, default="auto")
     p.add_argument("--quantization", choices=QUANTIZATION_CHOICES)

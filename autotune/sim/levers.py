@@ -24,8 +24,7 @@ CATEGORIES: dict[str, tuple[object, ...]] = {
     "nccl_channels": (False, True),
     "custom_all_reduce": (False, True),
     "pcie_ipc_allreduce": (False, True),
-    "moe_runner_backend": ("marlin", "triton", "cutlass", "flashinfer_mxfp4",
-                           "flashinfer_cutlass"),
+    "moe_runner_backend": ("marlin", "triton", "cutlass", "flashinfer_mxfp4", "flashinfer_cutlass"),
     "checkpoint": ("mxfp4", "nvfp4"),
     "speculative": ("off", "eagle"),
     "cuda_graph": (False, True),
@@ -46,7 +45,11 @@ LOG_INT_RANGES: dict[str, tuple[int, int]] = {
 MEM_FRACTIONS = tuple(round(0.70 + 0.01 * i, 2) for i in range(26))
 DERIVED = ("speculative_num_draft_tokens",)
 LEVER_NAMES = (
-    *CATEGORIES, *INT_RANGES, *LOG_INT_RANGES, "mem_fraction_static", *DERIVED,
+    *CATEGORIES,
+    *INT_RANGES,
+    *LOG_INT_RANGES,
+    "mem_fraction_static",
+    *DERIVED,
 )
 
 BASELINE: dict[str, object] = {
@@ -114,10 +117,24 @@ def violations(levers: Mapping[str, object]) -> list[str]:
 def base_command(mode: str, *, port: int = 30000) -> tuple[list[str], dict[str, str]]:
     """The deployment's command for one service before levers (common.md)."""
     argv = [
-        "--model-path", MODEL_MXFP4, "--served-model-name", SERVED_NAME, "--tp-size", "4",
-        "--disaggregation-mode", mode, "--disaggregation-bootstrap-port", "8998",
-        "--disaggregation-transfer-backend", "nixl", "--host", "127.0.0.1",
-        "--port", str(port), "--enable-metrics", "--trust-remote-code",
+        "--model-path",
+        MODEL_MXFP4,
+        "--served-model-name",
+        SERVED_NAME,
+        "--tp-size",
+        "4",
+        "--disaggregation-mode",
+        mode,
+        "--disaggregation-bootstrap-port",
+        "8998",
+        "--disaggregation-transfer-backend",
+        "nixl",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--trust-remote-code",
     ]
     env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7" if mode == "decode" else "0,1,2,3"}
     return argv, env
@@ -174,7 +191,8 @@ def levers_to_command(
             _set_flag(argv, "--disable-radix-cache", None)
             _set_flag(argv, "--speculative-num-steps", str(int(lv["speculative_num_steps"])))  # type: ignore[call-overload]
             _set_flag(
-                argv, "--speculative-num-draft-tokens",
+                argv,
+                "--speculative-num-draft-tokens",
                 str(int(lv["speculative_num_draft_tokens"])),  # type: ignore[call-overload]
             )
         if lv["cuda_graph"]:
@@ -183,7 +201,8 @@ def levers_to_command(
             _set_flag(argv, "--disable-cuda-graph", None)
         _set_flag(argv, "--max-running-requests", str(int(lv["max_running_requests"])))  # type: ignore[call-overload]
         _set_flag(
-            argv, "--triton-attention-num-kv-splits",
+            argv,
+            "--triton-attention-num-kv-splits",
             str(int(lv["triton_attention_num_kv_splits"])),  # type: ignore[call-overload]
         )
         env["SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"] = (
@@ -218,7 +237,8 @@ def config_from_levers(
         mem_fraction_static=float(lv["mem_fraction_static"]),  # type: ignore[arg-type]
         disable_custom_all_reduce=not lv["custom_all_reduce"],
         cuda_graph_max_bs=int(lv["cuda_graph_max_bs"])  # type: ignore[call-overload]
-        if decode and lv["cuda_graph"] else None,
+        if decode and lv["cuda_graph"]
+        else None,
         disable_cuda_graph=decode and not lv["cuda_graph"],
         max_running_requests=int(lv["max_running_requests"]) if decode else None,  # type: ignore[call-overload]
         chunked_prefill_size=int(lv["chunked_prefill_size"]) if prefill else None,  # type: ignore[call-overload]
@@ -235,7 +255,8 @@ def config_from_levers(
         nccl_min_nchannels=int(lv["nccl_min_nchannels"]) if channels else None,  # type: ignore[call-overload]
         nccl_max_nchannels=int(lv["nccl_max_nchannels"]) if channels else None,  # type: ignore[call-overload]
         pcie_ipc_allreduce=bool(lv["pcie_ipc_allreduce"]),
-        pytorch_cuda_alloc_conf=None if lv["pytorch_alloc_conf"] == "unset"
+        pytorch_cuda_alloc_conf=None
+        if lv["pytorch_alloc_conf"] == "unset"
         else str(lv["pytorch_alloc_conf"]),
         static_kv_splits=decode and bool(lv["static_kv_splits"]),
         cuda_visible_devices="4,5,6,7" if mode == "decode" else "0,1,2,3",
@@ -249,8 +270,9 @@ def config_via_command(levers: Mapping[str, object], *, mode: str = "null") -> S
 
 
 def _log_int(rng: random.Random, low: int, high: int) -> int:
-    v = math.exp(rng.uniform(math.log(low - 0.5 + 1e-9 if low > 0.5 else 0.5),
-                             math.log(high + 0.5)))
+    v = math.exp(
+        rng.uniform(math.log(low - 0.5 + 1e-9 if low > 0.5 else 0.5), math.log(high + 0.5))
+    )
     return min(high, max(low, int(round(v))))
 
 

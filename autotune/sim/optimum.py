@@ -60,7 +60,8 @@ def _dominance_front(
         if dominated:
             continue
         front = [
-            (o, v) for o, v in front
+            (o, v)
+            for o, v in front
             if not all(a <= b * (1 + 1e-12) for a, b in zip(vec, v, strict=True))
         ]
         front.append((opt, vec))
@@ -76,10 +77,15 @@ def _allreduce_options(concurrency: int, input_len: int) -> list[dict[str, objec
         for algo in ("unset", "Tree"):
             candidates.append({"nccl_proto": proto, "nccl_algo": algo})
             for ch in (1, *range(3, 33)):
-                candidates.append({
-                    "nccl_proto": proto, "nccl_algo": algo, "nccl_channels": True,
-                    "nccl_min_nchannels": ch, "nccl_max_nchannels": ch,
-                })
+                candidates.append(
+                    {
+                        "nccl_proto": proto,
+                        "nccl_algo": algo,
+                        "nccl_channels": True,
+                        "nccl_min_nchannels": ch,
+                        "nccl_max_nchannels": ch,
+                    }
+                )
     for cand in candidates:
         cfg = config_from_levers({**BASELINE, **cand})
         opts.append((cand, [pm.allreduce_seconds(cfg, n) for n in sizes]))
@@ -92,14 +98,16 @@ def _attention_options(graph: bool, draft: int, concurrency: int) -> list[dict[s
     ordered = [8, *[s for s in splits if s != 8]]  # baseline first
     cands: list[dict[str, object]] = [
         {"static_kv_splits": st, "triton_attention_num_kv_splits": s}
-        for st in (False, True) for s in ordered
+        for st in (False, True)
+        for s in ordered
     ]
     opts = []
     for cand in cands:
         dec = config_from_levers({**base, **cand}, mode="decode")
         vec = [
             pm._attention_layer_seconds(dec, b, d)
-            for b in range(1, concurrency + 1) for d in sorted({1, draft})
+            for b in range(1, concurrency + 1)
+            for d in sorted({1, draft})
         ]
         opts.append((cand, vec))
     return _dominance_front(opts)
@@ -119,7 +127,9 @@ def search(
     mrr_cands = [48, *[m for m in range(8, min(128, top) + 1, 8) if m != 48]]
     ar_front = _allreduce_options(c, input_len)
     runners = [
-        (r, k) for r in CATEGORIES["moe_runner_backend"] for k in CATEGORIES["checkpoint"]
+        (r, k)
+        for r in CATEGORIES["moe_runner_backend"]
+        for k in CATEGORIES["checkpoint"]
         if not violations({"moe_runner_backend": r, "checkpoint": k})
     ]
     specs: list[dict[str, object]] = [{"speculative": "off"}]
@@ -145,9 +155,14 @@ def search(
                     for alloc in CATEGORIES["pytorch_alloc_conf"]:
                         for mem in mems:
                             lv = {
-                                **BASELINE, **ar, **spec, **graph,
-                                "moe_runner_backend": runner, "checkpoint": ckpt,
-                                "mem_fraction_static": mem, "pytorch_alloc_conf": alloc,
+                                **BASELINE,
+                                **ar,
+                                **spec,
+                                **graph,
+                                "moe_runner_backend": runner,
+                                "checkpoint": ckpt,
+                                "mem_fraction_static": mem,
+                                "pytorch_alloc_conf": alloc,
                             }
                             dec = config_from_levers(lv, mode="decode")
                             if pm.startup_failure(dec) is not None:
@@ -166,13 +181,19 @@ def search(
                                     if key in seen:
                                         continue
                                     seen.add(key)
-                                    cand = active_levers({
-                                        **lv, **attn, "max_running_requests": mrr,
-                                        "chunked_prefill_size": best_chunk[0],
-                                    })
+                                    cand = active_levers(
+                                        {
+                                            **lv,
+                                            **attn,
+                                            "max_running_requests": mrr,
+                                            "chunked_prefill_size": best_chunk[0],
+                                        }
+                                    )
                                     thr = pm.expected_output_throughput(
-                                        config_from_levers(cand), concurrency=c,
-                                        input_len=input_len, output_len=output_len,
+                                        config_from_levers(cand),
+                                        concurrency=c,
+                                        input_len=input_len,
+                                        output_len=output_len,
                                         deployment=deployment,
                                     )
                                     evaluated += 1
@@ -181,8 +202,11 @@ def search(
     ties = [r for r in results if r[0] >= best_thr * (1 - 1e-9)]
     thr, _, levers = min(ties, key=lambda r: r[1])
     tpot = pm.expected_tpot_ms(
-        config_from_levers(levers), concurrency=c, input_len=input_len,
-        output_len=output_len, deployment=deployment,
+        config_from_levers(levers),
+        concurrency=c,
+        input_len=input_len,
+        output_len=output_len,
+        deployment=deployment,
     )
     return Optimum(levers=levers, throughput=thr, tpot_ms=tpot, evaluated=evaluated)
 

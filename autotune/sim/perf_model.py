@@ -231,11 +231,7 @@ def _resolve(cfg: SimConfig) -> _Resolved:
         else:
             steps = cfg.speculative_num_steps
             topk = cfg.speculative_eagle_topk if cfg.speculative_eagle_topk is not None else 1
-            draft = (
-                steps + 1
-                if topk == 1
-                else (cfg.speculative_num_draft_tokens or steps + 1)
-            )
+            draft = steps + 1 if topk == 1 else (cfg.speculative_num_draft_tokens or steps + 1)
     max_running = cfg.max_running_requests
     if max_running is None and spec:
         max_running = SPEC_DEFAULT_MAX_RUNNING
@@ -245,7 +241,8 @@ def _resolve(cfg: SimConfig) -> _Resolved:
     return _Resolved(
         checkpoint=ckpt,
         runner=runner,
-        mem=cfg.mem_fraction_static if cfg.mem_fraction_static is not None
+        mem=cfg.mem_fraction_static
+        if cfg.mem_fraction_static is not None
         else DEFAULT_MEM_FRACTION,
         spec=spec,
         spec_algorithm=algo if spec else cfg.speculative_algorithm,
@@ -255,7 +252,8 @@ def _resolve(cfg: SimConfig) -> _Resolved:
         max_running=max_running,
         graphs=not cfg.disable_cuda_graph,
         graph_bs=graph_bs,
-        chunk=cfg.chunked_prefill_size if cfg.chunked_prefill_size is not None
+        chunk=cfg.chunked_prefill_size
+        if cfg.chunked_prefill_size is not None
         else DEFAULT_CHUNKED_PREFILL,
         page_size=DSV4_PAGE_SIZE,
         # custom all-reduce needs full NVLink for more than 2 PCIe GPUs (§2)
@@ -475,8 +473,10 @@ def startup_failure(cfg: SimConfig) -> StartupFailure | None:
             f"ValueError: speculative_algorithm {algo} is not supported for "
             "DeepseekV4ForCausalLM; use EAGLE (MTP/NEXTN)",
         )
-    if r.spec and cfg.speculative_num_steps is None and (
-        cfg.speculative_eagle_topk is not None or cfg.speculative_num_draft_tokens is not None
+    if (
+        r.spec
+        and cfg.speculative_num_steps is None
+        and (cfg.speculative_eagle_topk is not None or cfg.speculative_num_draft_tokens is not None)
     ):
         return _rejected(
             tb,
@@ -702,9 +702,7 @@ def _attention_layer_seconds(cfg: SimConfig, batch: float, draft: int) -> float:
 def _moe_seconds(cfg: SimConfig, tokens: float, layers: int, dense_params: float) -> float:
     r = _resolve(cfg)
     bw_eff, tok_s = RUNNER_DECODE[r.runner][r.checkpoint]
-    expert_bytes = layers * distinct_experts(tokens) * EXPERT_PARAMS * BYTES_PER_PARAM[
-        r.checkpoint
-    ]
+    expert_bytes = layers * distinct_experts(tokens) * EXPERT_PARAMS * BYTES_PER_PARAM[r.checkpoint]
     weights = (expert_bytes + dense_params * DENSE_BYTES_PER_PARAM) / max(1, cfg.tp_size)
     return weights / (HBM_BW * bw_eff) + tokens * tok_s * layers / LAYERS
 
@@ -768,9 +766,7 @@ def prefill_forward_seconds(cfg: SimConfig, tokens: int) -> float:
     if tokens <= 0:
         return 0.0
     bw_eff, _ = RUNNER_DECODE[r.runner][r.checkpoint]
-    expert_bytes = LAYERS * distinct_experts(tokens) * EXPERT_PARAMS * BYTES_PER_PARAM[
-        r.checkpoint
-    ]
+    expert_bytes = LAYERS * distinct_experts(tokens) * EXPERT_PARAMS * BYTES_PER_PARAM[r.checkpoint]
     weights = (expert_bytes + DENSE_PARAMS * DENSE_BYTES_PER_PARAM) / max(1, cfg.tp_size)
     return cfg.sim_time_scale * (
         PREFILL_FORWARD_SECONDS
@@ -883,7 +879,10 @@ def expectation(
     tpot = step / accept_length(dec)
     ttft = c / x - r_dec + 1.5 * step
     return Expectation(
-        output_throughput=x * output_len, tpot_s=tpot, ttft_s=max(0.0, ttft), batch=b,
+        output_throughput=x * output_len,
+        tpot_s=tpot,
+        ttft_s=max(0.0, ttft),
+        batch=b,
         step_s=step,
     )
 
@@ -898,7 +897,10 @@ def expected_output_throughput(
 ) -> float:
     """Output tokens/s a closed loop of ``concurrency`` clients measures (0 if it fails)."""
     return expectation(
-        cfg, concurrency=concurrency, input_len=input_len, output_len=output_len,
+        cfg,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
         deployment=deployment,
     ).output_throughput
 
@@ -912,10 +914,16 @@ def expected_tpot_ms(
     deployment: str = "pd",
 ) -> float:
     """Mean time per output token after the first, in milliseconds (inf if it fails)."""
-    return 1000.0 * expectation(
-        cfg, concurrency=concurrency, input_len=input_len, output_len=output_len,
-        deployment=deployment,
-    ).tpot_s
+    return (
+        1000.0
+        * expectation(
+            cfg,
+            concurrency=concurrency,
+            input_len=input_len,
+            output_len=output_len,
+            deployment=deployment,
+        ).tpot_s
+    )
 
 
 @lru_cache(maxsize=32)
@@ -926,6 +934,8 @@ def true_optimum(
     from autotune.sim.optimum import search
 
     return search(
-        concurrency=concurrency, input_len=input_len, output_len=output_len,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
         deployment=deployment,
     )

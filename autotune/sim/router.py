@@ -21,8 +21,15 @@ from datetime import datetime
 import aiohttp
 from aiohttp import web
 
-HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "date",
-               "server", "content-encoding"}
+HOP_HEADERS = {
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "date",
+    "server",
+    "content-encoding",
+}
 
 
 @dataclass
@@ -44,13 +51,17 @@ def parse_args(argv: Sequence[str]) -> RouterConfig:
     """``--pd-disaggregation --prefill URL [BOOTSTRAP_PORT] --decode URL --host H --port P``."""
     p = argparse.ArgumentParser(prog="python -m autotune.sim.router", allow_abbrev=False)
     p.add_argument("--pd-disaggregation", action="store_true")
-    p.add_argument("--prefill", nargs="+", action="append", default=[],
-                   metavar="URL [BOOTSTRAP_PORT]")
+    p.add_argument(
+        "--prefill", nargs="+", action="append", default=[], metavar="URL [BOOTSTRAP_PORT]"
+    )
     p.add_argument("--decode", action="append", default=[], metavar="URL")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--policy", default="round_robin",
-                   choices=("round_robin", "random", "cache_aware", "power_of_two"))
+    p.add_argument(
+        "--policy",
+        default="round_robin",
+        choices=("round_robin", "random", "cache_aware", "power_of_two"),
+    )
     p.add_argument("--log-level", default="info")
     p.add_argument("--health-check-timeout-secs", type=float, default=2.0)
     ns = p.parse_args(list(argv))
@@ -69,9 +80,13 @@ def parse_args(argv: Sequence[str]) -> RouterConfig:
             except ValueError:
                 p.error(f"invalid bootstrap port {item[1]!r}")
         prefill.append((item[0].rstrip("/"), port))
-    return RouterConfig(prefill=prefill, decode=[u.rstrip("/") for u in ns.decode],
-                        host=ns.host, port=ns.port,
-                        health_timeout_s=ns.health_check_timeout_secs)
+    return RouterConfig(
+        prefill=prefill,
+        decode=[u.rstrip("/") for u in ns.decode],
+        host=ns.host,
+        port=ns.port,
+        health_timeout_s=ns.health_check_timeout_secs,
+    )
 
 
 class Router:
@@ -80,8 +95,7 @@ class Router:
         self.rr_prefill = itertools.cycle(range(len(cfg.prefill)))
         self.rr_decode = itertools.cycle(range(len(cfg.decode)))
         self.session: aiohttp.ClientSession | None = None
-        self.counters = {"requests": 0, "prefill_errors": 0, "decode_errors": 0,
-                         "completed": 0}
+        self.counters = {"requests": 0, "prefill_errors": 0, "decode_errors": 0, "completed": 0}
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
@@ -118,8 +132,9 @@ class Router:
     async def models(self, request: web.Request) -> web.Response:
         try:
             async with self._session().get(self.cfg.decode[0] + "/v1/models") as r:
-                return web.Response(body=await r.read(), status=r.status,
-                                    content_type="application/json")
+                return web.Response(
+                    body=await r.read(), status=r.status, content_type="application/json"
+                )
         except aiohttp.ClientError as exc:
             return _bad_gateway(f"decode worker unreachable: {exc}")
 
@@ -128,9 +143,11 @@ class Router:
         for name, value in self.counters.items():
             metric = f"sgl_router_{name}_total"
             lines += [f"# TYPE {metric} counter", f"{metric} {value}"]
-        lines += ["# TYPE sgl_router_workers gauge",
-                  f'sgl_router_workers{{role="prefill"}} {len(self.cfg.prefill)}',
-                  f'sgl_router_workers{{role="decode"}} {len(self.cfg.decode)}']
+        lines += [
+            "# TYPE sgl_router_workers gauge",
+            f'sgl_router_workers{{role="prefill"}} {len(self.cfg.prefill)}',
+            f'sgl_router_workers{{role="decode"}} {len(self.cfg.decode)}',
+        ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -141,8 +158,10 @@ class Router:
             if not isinstance(body, dict):
                 raise ValueError("request body must be a JSON object")
         except ValueError as exc:
-            return web.json_response({"object": "error", "message": str(exc),
-                                      "type": "BadRequestError", "code": 400}, status=400)
+            return web.json_response(
+                {"object": "error", "message": str(exc), "type": "BadRequestError", "code": 400},
+                status=400,
+            )
         prefill_url, bootstrap = self.cfg.prefill[next(self.rr_prefill)]
         decode_url = self.cfg.decode[next(self.rr_decode)]
         pre_body = dict(body, stream=False, max_tokens=1)
@@ -160,8 +179,9 @@ class Router:
             self.counters["prefill_errors"] += 1
             return _bad_gateway(f"prefill worker {prefill_url} failed: {exc}")
         try:
-            upstream = await self._session().post(decode_url + request.path, data=raw,
-                                                  headers={"Content-Type": "application/json"})
+            upstream = await self._session().post(
+                decode_url + request.path, data=raw, headers={"Content-Type": "application/json"}
+            )
         except aiohttp.ClientError as exc:
             self.counters["decode_errors"] += 1
             return _bad_gateway(f"decode worker {decode_url} failed: {exc}")
@@ -169,8 +189,7 @@ class Router:
             if upstream.status != 200 and upstream.status >= 500:
                 self.counters["decode_errors"] += 1
                 return _bad_gateway(f"decode worker {decode_url} answered {upstream.status}")
-            headers = {k: v for k, v in upstream.headers.items()
-                       if k.lower() not in HOP_HEADERS}
+            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
             resp = web.StreamResponse(status=upstream.status, headers=headers)
             await resp.prepare(request)
             try:
@@ -189,8 +208,9 @@ class Router:
 
 
 def _bad_gateway(message: str) -> web.Response:
-    return web.json_response({"object": "error", "message": message, "type": "BadGateway",
-                              "code": 502}, status=502)
+    return web.json_response(
+        {"object": "error", "message": message, "type": "BadGateway", "code": 502}, status=502
+    )
 
 
 async def serve(cfg: RouterConfig) -> int:
@@ -209,8 +229,10 @@ async def serve(cfg: RouterConfig) -> int:
     try:
         await web.TCPSite(runner, cfg.host, cfg.port, backlog=1024).start()
     except OSError as exc:
-        sys.stderr.write(f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
-                         f"address ('{cfg.host}', {cfg.port}): address already in use\n")
+        sys.stderr.write(
+            f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
+            f"address ('{cfg.host}', {cfg.port}): address already in use\n"
+        )
         await router.close()
         await runner.cleanup()
         return 1
@@ -218,8 +240,10 @@ async def serve(cfg: RouterConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    _log(f"PD router listening on http://{cfg.host}:{cfg.port}; prefill="
-         f"{[u for u, _ in cfg.prefill]} decode={cfg.decode}")
+    _log(
+        f"PD router listening on http://{cfg.host}:{cfg.port}; prefill="
+        f"{[u for u, _ in cfg.prefill]} decode={cfg.decode}"
+    )
     await stop.wait()
     await router.close()
     await runner.cleanup()

@@ -59,8 +59,9 @@ class Log:
             sys.stdout.flush()
 
     def error_lines(self, lines: Sequence[str]) -> None:
-        sys.stderr.write("".join(f"[{_now()} TP0] {ln}\n" if i == 0 else f"{ln}\n"
-                                 for i, ln in enumerate(lines)))
+        sys.stderr.write(
+            "".join(f"[{_now()} TP0] {ln}\n" if i == 0 else f"{ln}\n" for i, ln in enumerate(lines))
+        )
         sys.stderr.flush()
 
 
@@ -68,13 +69,41 @@ class Req:
     """One generation request, from arrival to its last written chunk."""
 
     __slots__ = (
-        "rid", "kind", "key", "n_prompt", "max_tokens", "ignore_eos", "stream",
-        "include_usage", "resp", "done", "generated", "parts", "t_arrive", "t_first",
-        "t_last", "prefix", "suffix", "finish", "prefilled", "model", "created", "transport",
+        "rid",
+        "kind",
+        "key",
+        "n_prompt",
+        "max_tokens",
+        "ignore_eos",
+        "stream",
+        "include_usage",
+        "resp",
+        "done",
+        "generated",
+        "parts",
+        "t_arrive",
+        "t_first",
+        "t_last",
+        "prefix",
+        "suffix",
+        "finish",
+        "prefilled",
+        "model",
+        "created",
+        "transport",
     )
 
-    def __init__(self, *, kind: str, prompt: str | list[int], max_tokens: int,
-                 ignore_eos: bool, stream: bool, include_usage: bool, model: str) -> None:
+    def __init__(
+        self,
+        *,
+        kind: str,
+        prompt: str | list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        stream: bool,
+        include_usage: bool,
+        model: str,
+    ) -> None:
         self.rid = uuid.uuid4().hex
         self.kind = kind
         self.key = text.prompt_key(prompt)
@@ -113,8 +142,11 @@ class Req:
         return b"data: " + pre.encode(), suf.encode()
 
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.n_prompt, "completion_tokens": self.generated,
-                "total_tokens": self.n_prompt + self.generated}
+        return {
+            "prompt_tokens": self.n_prompt,
+            "completion_tokens": self.generated,
+            "total_tokens": self.n_prompt + self.generated,
+        }
 
     def chunk(self, piece: str) -> bytes:
         if self.kind == "generate":
@@ -130,40 +162,75 @@ class Req:
             out.append({"text": "".join(self.parts), "meta_info": meta})
         else:
             obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
-            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish,
-                                      "matched_stop": None}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": None,
+            }
             if self.kind == "chat":
                 choice["delta"] = {}
             else:
                 choice["text"] = ""
-            base: dict[str, Any] = {"id": self.rid, "object": obj, "created": self.created,
-                                    "model": self.model}
+            base: dict[str, Any] = {
+                "id": self.rid,
+                "object": obj,
+                "created": self.created,
+                "model": self.model,
+            }
             out.append({**base, "choices": [choice]})
             if self.include_usage:
                 out.append({**base, "choices": [], "usage": self.usage()})
-        return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in out) + \
-            b"data: [DONE]\n\n"
+        return (
+            b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in out)
+            + b"data: [DONE]\n\n"
+        )
 
     def body(self) -> dict[str, Any]:
         """Non-streaming response body."""
         full = "".join(self.parts)
         finish = self.finish or "length"
         if self.kind == "generate":
-            return {"text": full, "meta_info": {"id": self.rid, "finish_reason": {
-                "type": finish, "length": self.generated}, **self.usage(),
-                "e2e_latency": self.t_last - self.t_arrive}}
+            return {
+                "text": full,
+                "meta_info": {
+                    "id": self.rid,
+                    "finish_reason": {"type": finish, "length": self.generated},
+                    **self.usage(),
+                    "e2e_latency": self.t_last - self.t_arrive,
+                },
+            }
         if self.kind == "chat":
             choice: dict[str, Any] = {
-                "index": 0, "message": {"role": "assistant", "content": full,
-                                        "reasoning_content": None, "tool_calls": None},
-                "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": full,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                },
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": None,
+            }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": full, "logprobs": None, "finish_reason": finish,
-                      "matched_stop": None}
+            choice = {
+                "index": 0,
+                "text": full,
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": None,
+            }
             obj = "text_completion"
-        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": self.usage()}
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(),
+        }
 
 
 class Engine:
@@ -190,10 +257,16 @@ class Engine:
         self.steps = 0
         self.accept_tokens = 0
         self.accept_slots = 0
-        self.ttft = Histogram("sglang:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
-        self.itl = Histogram("sglang:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
+        )
+        self.itl = Histogram(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            ITL_BUCKETS,
+        )
         self._tp_window: collections.deque[tuple[float, int]] = collections.deque()
 
     # ---- intake ----
@@ -230,8 +303,9 @@ class Engine:
             req = self.queue[0]
             tokens = min(self.chunk, req.n_prompt - req.prefilled)
             start = loop.time()
-            await self._sleep_until(start + pm.prefill_forward_seconds(self.cfg, tokens)
-                                    * self._step_noise())
+            await self._sleep_until(
+                start + pm.prefill_forward_seconds(self.cfg, tokens) * self._step_noise()
+            )
             req.prefilled += tokens
             if req.prefilled >= req.n_prompt:
                 self.queue.popleft()
@@ -280,7 +354,9 @@ class Engine:
             f"Decode batch. #running-req: {batch}, #token: {tokens}, token usage: "
             f"{self._token_usage():.2f}, accept len: {acc:.2f}, cuda graph: "
             f"{pm.uses_cuda_graph(self.cfg, batch)}, gen throughput (token/s): "
-            f"{self.gen_throughput():.2f}, #queue-req: {len(self.queue)}, ", tp=True)
+            f"{self.gen_throughput():.2f}, #queue-req: {len(self.queue)}, ",
+            tp=True,
+        )
 
     def _draw_tokens(self) -> int:
         n = 1
@@ -320,8 +396,11 @@ class Engine:
                     req.t_first = now
                     self.ttft.observe(now - req.t_arrive)
                 req.t_last = now
-            finished = (req.generated >= req.max_tokens or req.finish is not None
-                        or (prefill_only and self.mode == "prefill"))
+            finished = (
+                req.generated >= req.max_tokens
+                or req.finish is not None
+                or (prefill_only and self.mode == "prefill")
+            )
             if req.stream and piece:
                 tr = req.transport
                 if tr is not None:
@@ -365,21 +444,30 @@ class Engine:
         return render_metrics(
             model_name=self.model_name,
             gauges={
-                "sglang:num_running_reqs": ("The number of running requests.",
-                                            len(self.running)),
-                "sglang:num_queue_reqs": ("The number of requests in the waiting queue.",
-                                          len(self.queue)),
+                "sglang:num_running_reqs": ("The number of running requests.", len(self.running)),
+                "sglang:num_queue_reqs": (
+                    "The number of requests in the waiting queue.",
+                    len(self.queue),
+                ),
                 "sglang:token_usage": ("The token usage.", round(self._token_usage(), 6)),
-                "sglang:gen_throughput": ("The generation throughput (token/s).",
-                                          round(self.gen_throughput(), 3)),
-                "sglang:spec_accept_length": ("The average acceptance length of speculative "
-                                              "decoding.", round(acc, 4)),
+                "sglang:gen_throughput": (
+                    "The generation throughput (token/s).",
+                    round(self.gen_throughput(), 3),
+                ),
+                "sglang:spec_accept_length": (
+                    "The average acceptance length of speculative decoding.",
+                    round(acc, 4),
+                ),
             },
             counters={
-                "sglang:prompt_tokens_total": ("Number of prefill tokens processed.",
-                                               self.prompt_tokens_total),
-                "sglang:generation_tokens_total": ("Number of generation tokens processed.",
-                                                   self.generation_tokens_total),
+                "sglang:prompt_tokens_total": (
+                    "Number of prefill tokens processed.",
+                    self.prompt_tokens_total,
+                ),
+                "sglang:generation_tokens_total": (
+                    "Number of generation tokens processed.",
+                    self.generation_tokens_total,
+                ),
             },
             histograms=(self.ttft, self.itl),
         )
@@ -401,8 +489,10 @@ STATE_KEY = web.AppKey("state", State)
 
 def _error(status: int, message: str) -> web.Response:
     kind = "BadRequestError" if status == 400 else "ServiceUnavailableError"
-    return web.json_response({"object": "error", "message": message, "type": kind,
-                              "param": None, "code": status}, status=status)
+    return web.json_response(
+        {"object": "error", "message": message, "type": kind, "param": None, "code": status},
+        status=status,
+    )
 
 
 def _state(request: web.Request) -> State:
@@ -418,9 +508,21 @@ async def health(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     st = _state(request)
     name = st.engine.model_name
-    return web.json_response({"object": "list", "data": [{
-        "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-        "root": st.cfg.model_path, "max_model_len": pm.resolve(st.cfg)["context_length"]}]})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "sglang",
+                    "root": st.cfg.model_path,
+                    "max_model_len": pm.resolve(st.cfg)["context_length"],
+                }
+            ],
+        }
+    )
 
 
 async def server_info(request: web.Request) -> web.Response:
@@ -428,29 +530,33 @@ async def server_info(request: web.Request) -> web.Response:
     info = dict(pm.resolve(st.cfg))
     info["version"] = pm.SGLANG_VERSION
     eng = st.engine
-    info["internal_states"] = [{
-        "avg_spec_accept_length": eng.accept_tokens / eng.accept_slots
-        if eng.accept_slots else None,
-        "last_gen_throughput": eng.gen_throughput(),
-        "effective_max_running_requests": eng.cap,
-        "allreduce": pm.allreduce_path(st.cfg),
-        "silent_rewrites": pm.silent_rewrites(st.cfg),
-    }]
+    info["internal_states"] = [
+        {
+            "avg_spec_accept_length": eng.accept_tokens / eng.accept_slots
+            if eng.accept_slots
+            else None,
+            "last_gen_throughput": eng.gen_throughput(),
+            "effective_max_running_requests": eng.cap,
+            "allreduce": pm.allreduce_path(st.cfg),
+            "silent_rewrites": pm.silent_rewrites(st.cfg),
+        }
+    ]
     return web.json_response(info)
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    return web.Response(text="Cache flushed.\nPlease check backend logs for more details. "
-                             "(When there are running or waiting requests, the operation "
-                             "will not be performed.)\n")
+    return web.Response(
+        text="Cache flushed.\nPlease check backend logs for more details. "
+        "(When there are running or waiting requests, the operation "
+        "will not be performed.)\n"
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:
     st = _state(request)
     if not st.cfg.enable_metrics:
         return web.Response(status=404, text="404: Not Found")
-    return web.Response(text=st.engine.metrics_text(),
-                        content_type="text/plain", charset="utf-8")
+    return web.Response(text=st.engine.metrics_text(), content_type="text/plain", charset="utf-8")
 
 
 def _as_int(value: Any, name: str, default: int) -> int:
@@ -472,8 +578,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         ignore_eos = bool(body.get("ignore_eos", False))
         stream = bool(body.get("stream", False))
         opts = body.get("stream_options") or {}
-        include_usage = bool(opts.get("include_usage", False)) if isinstance(opts, dict) \
-            else False
+        include_usage = bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False
         prompt: str | list[int]
         if kind == "chat":
             msgs = body.get("messages")
@@ -483,13 +588,18 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             for m in msgs:
                 content = m.get("content") if isinstance(m, dict) else None
                 if isinstance(content, list):
-                    content = " ".join(str(c.get("text", "")) for c in content
-                                       if isinstance(c, dict))
-                parts.append(f"{m.get('role', 'user') if isinstance(m, dict) else 'user'}: "
-                             f"{content or ''}")
+                    content = " ".join(
+                        str(c.get("text", "")) for c in content if isinstance(c, dict)
+                    )
+                parts.append(
+                    f"{m.get('role', 'user') if isinstance(m, dict) else 'user'}: {content or ''}"
+                )
             prompt = "\n".join(parts)
-            max_tokens = _as_int(body.get("max_completion_tokens", body.get("max_tokens")),
-                                 "max_tokens", CHAT_DEFAULT_MAX_TOKENS)
+            max_tokens = _as_int(
+                body.get("max_completion_tokens", body.get("max_tokens")),
+                "max_tokens",
+                CHAT_DEFAULT_MAX_TOKENS,
+            )
         elif kind == "completion":
             raw = body.get("prompt")
             if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], (str, list)):
@@ -500,8 +610,9 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
                 prompt = [int(t) for t in raw]
             else:
                 raise ValueError("prompt must be a string or a list of token ids")
-            max_tokens = _as_int(body.get("max_tokens"), "max_tokens",
-                                 COMPLETION_DEFAULT_MAX_TOKENS)
+            max_tokens = _as_int(
+                body.get("max_tokens"), "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS
+            )
         else:
             sp = body.get("sampling_params") or {}
             ignore_eos = bool(sp.get("ignore_eos", False))
@@ -512,16 +623,25 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
                 prompt = [int(t) for t in raw]
             else:
                 raise ValueError("text or input_ids is required")
-            max_tokens = _as_int(sp.get("max_new_tokens"), "max_new_tokens",
-                                 CHAT_DEFAULT_MAX_TOKENS)
+            max_tokens = _as_int(
+                sp.get("max_new_tokens"), "max_new_tokens", CHAT_DEFAULT_MAX_TOKENS
+            )
     except (ValueError, json.JSONDecodeError, AttributeError, TypeError) as exc:
         return _error(400, str(exc))
     model = str(body.get("model") or st.engine.model_name)
-    req = Req(kind=kind, prompt=prompt, max_tokens=max_tokens, ignore_eos=ignore_eos,
-              stream=stream, include_usage=include_usage, model=model)
+    req = Req(
+        kind=kind,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        ignore_eos=ignore_eos,
+        stream=stream,
+        include_usage=include_usage,
+        model=model,
+    )
     if stream:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         fast = request.version == HttpVersion11
         if fast:
             resp.enable_chunked_encoding()
@@ -590,8 +710,9 @@ def _log_startup(cfg: SimConfig, log: Log) -> None:
     for rewrite in pm.silent_rewrites(cfg):
         log.warning(rewrite)
     if pm.allreduce_path(cfg) == "pcie_ipc":
-        log.info("Using FlashInfer PCIe IPC all-reduce (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1)",
-                 tp=True)
+        log.info(
+            "Using FlashInfer PCIe IPC all-reduce (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1)", tp=True
+        )
     log.info(f"Init torch distributed begin. tp_size={cfg.tp_size}", tp=True)
     log.info(f"Load weight begin. avail mem={pm.GPU_MEM_BYTES / 2**30 - 0.6:.2f} GB", tp=True)
 
@@ -605,8 +726,12 @@ async def serve(cfg: SimConfig, log: Log) -> int:
     try:
         await site.start()
     except OSError as exc:
-        log.error_lines([f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
-                         f"address ('{cfg.host}', {cfg.port}): address already in use"])
+        log.error_lines(
+            [
+                f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
+                f"address ('{cfg.host}', {cfg.port}): address already in use"
+            ]
+        )
         await runner.cleanup()
         return 1
     stop = asyncio.Event()
@@ -621,27 +746,40 @@ async def serve(cfg: SimConfig, log: Log) -> int:
         return 0
     failure = pm.startup_failure(cfg)
     weights = pm._weights_bytes_per_gpu(cfg, pm.checkpoint_of(cfg)) / 2**30
-    log.info(f"Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16, "
-             f"avail mem={pm.GPU_MEM_BYTES / 2**30 - 0.6 - weights:.2f} GB, "
-             f"mem usage={weights:.2f} GB.", tp=True)
+    log.info(
+        f"Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16, "
+        f"avail mem={pm.GPU_MEM_BYTES / 2**30 - 0.6 - weights:.2f} GB, "
+        f"mem usage={weights:.2f} GB.",
+        tp=True,
+    )
     if failure is not None:
         log.error_lines(failure.lines)
         await runner.cleanup()
         return failure.exit_code
     slots = pm.kv_slots(cfg)
-    log.info(f"KV Cache is allocated. #tokens: {slots * SLOT_TOKENS}, "
-             f"KV size: {pm.kv_pool_bytes(cfg) / 2**30:.2f} GB", tp=True)
+    log.info(
+        f"KV Cache is allocated. #tokens: {slots * SLOT_TOKENS}, "
+        f"KV size: {pm.kv_pool_bytes(cfg) / 2**30:.2f} GB",
+        tp=True,
+    )
     info = pm.resolve(cfg)
     if cfg.disaggregation_mode != "prefill" and not cfg.disable_cuda_graph:
-        log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem="
-                 f"{(1 - float(info['mem_fraction_static'])) * pm.GPU_MEM_BYTES / 2**30:.2f} GB",  # type: ignore[arg-type]
-                 tp=True)
-        log.info(f"Capture cuda graph end. Time elapsed: 0.01 s. "
-                 f"bs=[1..{info['cuda_graph_max_bs']}]", tp=True)
-    log.info(f"max_total_num_tokens={slots * SLOT_TOKENS}, chunked_prefill_size="
-             f"{info['chunked_prefill_size']}, max_prefill_tokens=16384, "
-             f"max_running_requests={info['max_running_requests']}, "
-             f"context_len={info['context_length']}", tp=True)
+        log.info(
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem="
+            f"{(1 - float(info['mem_fraction_static'])) * pm.GPU_MEM_BYTES / 2**30:.2f} GB",  # type: ignore[arg-type]
+            tp=True,
+        )
+        log.info(
+            f"Capture cuda graph end. Time elapsed: 0.01 s. bs=[1..{info['cuda_graph_max_bs']}]",
+            tp=True,
+        )
+    log.info(
+        f"max_total_num_tokens={slots * SLOT_TOKENS}, chunked_prefill_size="
+        f"{info['chunked_prefill_size']}, max_prefill_tokens=16384, "
+        f"max_running_requests={info['max_running_requests']}, "
+        f"context_len={info['context_length']}",
+        tp=True,
+    )
     engine_task = asyncio.create_task(state.engine.run())
     state.ready = True
     log.info(f"Uvicorn running on http://{cfg.host}:{cfg.port} (Press CTRL+C to quit)")

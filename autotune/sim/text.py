@@ -12,12 +12,70 @@ import zlib
 from collections.abc import Sequence
 
 VOCAB = (
-    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with",
-    "be", "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but",
-    "have", "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her",
-    "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "model",
-    "token", "kernel", "expert", "memory", "batch", "layer", "cache", "server", "latency",
-    "throughput", "decode", "prefill", "router", "graph", "split",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "a",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+    "but",
+    "have",
+    "an",
+    "had",
+    "they",
+    "you",
+    "were",
+    "their",
+    "one",
+    "all",
+    "we",
+    "can",
+    "her",
+    "has",
+    "there",
+    "been",
+    "if",
+    "more",
+    "when",
+    "will",
+    "would",
+    "who",
+    "so",
+    "model",
+    "token",
+    "kernel",
+    "expert",
+    "memory",
+    "batch",
+    "layer",
+    "cache",
+    "server",
+    "latency",
+    "throughput",
+    "decode",
+    "prefill",
+    "router",
+    "graph",
+    "split",
 )
 GARBAGE = ("\ufffd", "ĠĠ", "@@", "<|", "ÃÂ", "\u200b", "##", "ï¿½", "$$", "\\x00", "Ċ", "~~")
 EOS_ONE_IN = 512  # chance per position that greedy decoding ends (without ignore_eos)
@@ -69,8 +127,9 @@ def is_eos(key: int, position: int, *, wrong: bool = False) -> bool:
     return (_mix(key ^ 0x5A5A5A5A, position) >> 16) % EOS_ONE_IN == 0
 
 
-def greedy_text(prompt: str | Sequence[int], max_tokens: int, *, ignore_eos: bool = True,
-                wrong: bool = False) -> str:
+def greedy_text(
+    prompt: str | Sequence[int], max_tokens: int, *, ignore_eos: bool = True, wrong: bool = False
+) -> str:
     """The full greedy output a correct server returns (reference for tests and gates)."""
     key = prompt_key(prompt)
     out = []

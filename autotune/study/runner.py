@@ -20,8 +20,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.deployment import Deployment, load_deployment
-from autotune.errors import BenchError, LaunchError
-from autotune.launch import Launcher, LocalLauncher
+from autotune.errors import AutotuneError, BenchError, LaunchError
+from autotune.launch import Launcher
+from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
 from autotune.results import feasible
@@ -35,6 +36,12 @@ from autotune.study.samplers import make_sampler
 from autotune.study.storage import create_or_load_study, open_storage
 
 REFERENCE_ATTR = "reference_output"
+NOT_THE_CONFIG = frozenset({"host_unreachable"})
+"""Launch failures that say nothing about the configuration: the trial is not scored."""
+
+
+class HostFailure(AutotuneError):
+    """A host could not be reached: the run stops; the trial's config is retried on resume."""
 
 
 @dataclass
@@ -109,7 +116,7 @@ class Tuner:
             metric_names=self.objective.metric_names,
         )
         self.run_dir = run_dir or self.deployment.default_run_dir(study_name)
-        self.launcher = launcher or LocalLauncher(run_dir=self.run_dir)
+        self.launcher = launcher or make_launcher(self.deployment, run_dir=self.run_dir)
         self._known: dict[str, int] = {}
 
     # ------------------------------------------------------------------ set-up
@@ -213,6 +220,10 @@ class Tuner:
                 number=trial.number, index=index, total=total, config=config
             )
             outcome = self._evaluate(trial, config)
+        except HostFailure as exc:
+            fail_trial(self.study, trial, failure="host_unreachable", reason=str(exc))
+            self._retry_later(trial)
+            raise
         except KeyboardInterrupt:
             fail_trial(
                 self.study,
@@ -220,14 +231,7 @@ class Tuner:
                 failure="interrupted",
                 reason="stopped by the user (Ctrl-C/SIGTERM)",
             )
-            if trial.params:
-                self.study.enqueue_trial(
-                    trial.params,
-                    user_attrs={
-                        "retry_of": trial.number,
-                        **self._baseline_attr(self.study.trials[trial.number]),
-                    },
-                )
+            self._retry_later(trial)
             self.progress.message(
                 f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
                 "its config will be retried by the next `autotune run`; services are being stopped"
@@ -255,6 +259,14 @@ class Tuner:
                 reused_from=outcome.attrs.get("reused_from"),
             )
         )
+
+    def _retry_later(self, trial: optuna.Trial) -> None:
+        """Enqueue the parameters of a trial that was not scored, for the next run."""
+        if trial.params:
+            frozen = self.study.trials[trial.number]
+            self.study.enqueue_trial(
+                trial.params, user_attrs={"retry_of": trial.number, **self._baseline_attr(frozen)}
+            )
 
     def _best(self) -> tuple[float, int] | None:
         """(throughput, trial number) of the best feasible trial so far, for the display."""
@@ -319,6 +331,8 @@ class Tuner:
             )
         except LaunchError as exc:
             attrs["phase_seconds"]["restart"] = time.monotonic() - t
+            if exc.failure in NOT_THE_CONFIG:
+                raise HostFailure(str(exc)) from None
             return self._failed(
                 attrs,
                 failure=exc.failure,

@@ -83,6 +83,6 @@ def test_nothing_matches() -> None:
 def test_failure_class_values_match_trial_schema() -> None:
     assert {c.value for c in F} == {
         "cuda_oom", "nccl_error", "port_in_use", "model_path_missing", "cuda_error",
-        "config_rejected", "readiness_timeout", "exited", "unknown",
+        "config_rejected", "readiness_timeout", "exited", "host_unreachable", "unknown",
     }
     assert str(F.cuda_oom) == "cuda_oom" and F("nccl_error") is F.nccl_error
