@@ -225,7 +225,7 @@ class Launcher(ABC):
         self.stop_all()
         return list(specs)
 
-    def detach(self) -> None:
+    def detach(self) -> None:  # noqa: B027 - optional hook
         """Release resources but leave the services running (``autotune apply``)."""
 
     def close(self) -> None:

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from autotune.errors import LaunchError
 from autotune.launch.base import EventCallback, Launcher, RunningState
 from autotune.launch.classify import FATAL_WHILE_ALIVE, FailureClass, classify_line, classify_log
 from autotune.launch.health import HealthProber
-from autotune.remote.managers import ProcessManager, ServiceManager, SystemdManager
+from autotune.remote.managers import ServiceManager, create_manager
 from autotune.remote.shell import LocalShell, Shell, ShellError
 from autotune.specs import ServiceSpec
 
@@ -67,17 +67,16 @@ class RemoteLauncher(Launcher):
 
     # ----------------------------------------------------------------- managers
     def manager_for(self, spec: ServiceSpec) -> ServiceManager:
-        kind = "process" if spec.manager == "local" else spec.manager
+        kind: Literal["process", "systemd"] = "systemd" if spec.manager == "systemd" else "process"
         key = (spec.on, kind)
         if key not in self._managers:
-            shell = self._shells(spec.on)
-            kwargs: dict[str, Any] = {"shell": shell, "deployment": self.deployment}
-            if self.run_dir is not None:
-                kwargs["run_dir"] = self.run_dir
-            if kind == "systemd":
-                self._managers[key] = SystemdManager(unit_dir=self.unit_dir, **kwargs)
-            else:
-                self._managers[key] = ProcessManager(**kwargs)
+            self._managers[key] = create_manager(
+                kind,
+                shell=self._shells(spec.on),
+                deployment=self.deployment,
+                run_dir=self.run_dir,
+                unit_dir=self.unit_dir,
+            )
         return self._managers[key]
 
     def _host_error(self, spec: ServiceSpec, exc: ShellError) -> LaunchError:

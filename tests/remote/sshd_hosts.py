@@ -60,7 +60,9 @@ from typing import Any
 
 from autotune.remote.hosts import HostSpec
 
+FAKE_SYSTEMD_DIR = Path(__file__).resolve().parent / "fake_systemd"
 SSHD = "/usr/sbin/sshd"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ROLES = ("prefill", "decode")
 NS_PREFIX = "at-"
 OWNER_FILE = "owner.pid"  # in the lab directory: the pid of the process that built it
@@ -184,6 +186,9 @@ class SSHServer:
     authorized_keys: Path
     namespace: str | None = None
     proc: subprocess.Popen[bytes] | None = None
+    set_env: dict[str, str] = field(default_factory=dict)
+    """Session environment (sshd ``SetEnv``): the lab puts the stand-in systemctl and
+    journalctl first on PATH, as a host with systemd would have them."""
 
     @property
     def host_key(self) -> Path:
@@ -251,6 +256,15 @@ class SSHServer:
                     "PrintMotd no",
                     "Subsystem sftp internal-sftp",
                     "LogLevel VERBOSE",
+                    # One line: for SetEnv, as for most keywords, the first line wins.
+                    *(
+                        [
+                            "SetEnv "
+                            + " ".join(f'{k}="{v}"' for k, v in sorted(self.set_env.items()))
+                        ]
+                        if self.set_env
+                        else []
+                    ),
                     "",
                 ]
             )
@@ -318,6 +332,15 @@ class SSHLab:
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     namespace_error: str | None = None
     _extra: list[SSHServer] = field(default_factory=list)
+
+    @property
+    def systemd_units(self) -> Path:
+        """Unit directory of the stand-in systemd every lab host sees."""
+        return self.root / "systemd-units"
+
+    @property
+    def systemd_state(self) -> Path:
+        return self.root / "systemd-state"
 
     def host_spec(self, name: str, **overrides: Any) -> HostSpec:
         """A HostSpec for server ``name`` with the lab's key and known_hosts."""
@@ -504,7 +527,16 @@ def build_lab(root: Path) -> SSHLab:
                     namespace=ns.name,
                 )
             )
+        lab.systemd_units.mkdir()
+        lab.systemd_state.mkdir()
+        session_env = {
+            "PATH": f"{FAKE_SYSTEMD_DIR}:"
+            + "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "FAKE_SYSTEMD_UNIT_DIR": str(lab.systemd_units),
+            "FAKE_SYSTEMD_STATE_DIR": str(lab.systemd_state),
+        }
         for server in servers:
+            server.set_env = dict(session_env)
             server.directory.mkdir()
             _keygen(server.host_key, comment=f"autotune-test-host-{server.name}")
             lab.servers[server.name] = server

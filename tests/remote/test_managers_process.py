@@ -45,9 +45,7 @@ def run_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def manager(run_dir: Path, *, env: dict[str, str] | None = None, **kw: float) -> ProcessManager:
-    return ProcessManager(
-        shell=LocalShell(env=env), deployment="dep", run_dir=str(run_dir), **kw
-    )
+    return ProcessManager(shell=LocalShell(env=env), deployment="dep", run_dir=str(run_dir), **kw)
 
 
 def log_text(run_dir: Path, name: str) -> str:
@@ -303,7 +301,12 @@ def test_unset_and_secret_environment(run_dir: Path) -> None:
     mgr = manager(run_dir, env=shell_env)
     spec = service_spec(
         "prefill",
-        "--print-env", "DROP_ME", "--print-env", "KEEP_ME", "--print-env", "HF_TOKEN",
+        "--print-env",
+        "DROP_ME",
+        "--print-env",
+        "KEEP_ME",
+        "--print-env",
+        "HF_TOKEN",
         env={"HF_TOKEN": "hunter2"},
         unset_env=["DROP_ME"],
     )

@@ -84,8 +84,18 @@ def base_unit(fake: FakeSystemd, *, start: bool) -> int:
     port = free_port()
     fake.write_unit(
         UNIT,
-        [PY, str(SERVICE), "--port", str(port), "--log", "base-unit-running",
-         "--print-env", "KEEP", "--print-env", "NCCL_PROTO"],
+        [
+            PY,
+            str(SERVICE),
+            "--port",
+            str(port),
+            "--log",
+            "base-unit-running",
+            "--print-env",
+            "KEEP",
+            "--print-env",
+            "NCCL_PROTO",
+        ],
         env='Environment="NCCL_PROTO=LL" "KEEP=from unit" DROP=unit',
     )
     assert fake.systemctl("daemon-reload").returncode == 0
@@ -117,7 +127,11 @@ def verify(path: Path) -> subprocess.CompletedProcess[str]:
 # ------------------------------------------------------------------ the drop-in text
 def test_dropin_text_resets_execstart_and_quotes_values() -> None:
     spec = service_spec(
-        "decode", *NASTY_ARGS, env=NASTY_ENV, unset_env=["NCCL_ALGO", "DROP"], manager="systemd",
+        "decode",
+        *NASTY_ARGS,
+        env=NASTY_ENV,
+        unset_env=["NCCL_ALGO", "DROP"],
+        manager="systemd",
         unit=UNIT,
     )
     text = render_dropin(spec, executable=PY, deployment="dep", unit=UNIT)
@@ -125,10 +139,15 @@ def test_dropin_text_resets_execstart_and_quotes_values() -> None:
     assert lines.index("[Service]") < lines.index("ExecStart=") < lines.index("Restart=no")
     assert settings(text, "ExecStart")[0] == ""  # the reset comes first
     assert split_words(settings(text, "ExecStart")[1].replace("$$", "$").replace("%%", "%")) == [
-        PY, str(SERVICE), "--port", str(spec.port), *NASTY_ARGS
+        PY,
+        str(SERVICE),
+        "--port",
+        str(spec.port),
+        *NASTY_ARGS,
     ]
-    parsed = dict(split_words(v)[0].replace("%%", "%").split("=", 1)
-                  for v in settings(text, "Environment"))
+    parsed = dict(
+        split_words(v)[0].replace("%%", "%").split("=", 1) for v in settings(text, "Environment")
+    )
     assert parsed == NASTY_ENV
     assert settings(text, "UnsetEnvironment") == ["DROP NCCL_ALGO"]
     assert "StartLimitIntervalSec=0" in lines and lines.index("[Unit]") < lines.index("[Service]")

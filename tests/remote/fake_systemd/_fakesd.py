@@ -321,7 +321,7 @@ def start(unit: str) -> int:
     if workdir == "~":
         workdir = os.path.expanduser("~")
     # The leader records the exit status (systemd knows it as the main process's parent).
-    wrapper = ['/bin/sh', "-c", 'rc=$1; shift; "$@"; echo $? > "$rc"', "fake-systemd", str(rc_file)]
+    wrapper = ["/bin/sh", "-c", 'rc=$1; shift; "$@"; echo $? > "$rc"', "fake-systemd", str(rc_file)]
     with open(journal, "ab") as out:
         try:
             proc = subprocess.Popen(

@@ -1,0 +1,220 @@
+"""Issue 3 end to end: the simulated PD deployment on two SSH "hosts" (network namespaces,
+each with its own sshd): prefill as a detached process, decode as a systemd unit (stand-in
+systemctl on the remote PATH), router on this machine; `autotune run`, then `restore`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import optuna
+import pytest
+import yaml
+from e2e_helpers import E2E_STUDY, REPO, autotune_cli
+from optuna.trial import TrialState
+from sshd_hosts import SSHLab
+
+pytestmark = pytest.mark.slow
+
+UNIT = "sim-decode.service"
+
+
+def _sim_command(mode: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "autotune.sim.server",
+        "--model-path",
+        "/models/DeepSeek-V4-Flash",
+        "--served-model-name",
+        "${model}",
+        "--tp-size",
+        "4",
+        "--disaggregation-mode",
+        mode,
+        "--host",
+        "${host}",
+        "--port",
+        "${port}",
+        "--enable-metrics",
+    ]
+
+
+def _write_files(lab: SSHLab, tmp: Path) -> tuple[Path, str, str]:
+    prefill_ns, decode_ns = lab.namespaces["prefill"], lab.namespaces["decode"]
+    sim_env = {"AUTOTUNE_SIM_LOAD_SECONDS": "0.2", "AUTOTUNE_SIM_SPEEDUP": "${sim_speedup}"}
+    host = {
+        "port": 22,
+        "user": "root",
+        "key_file": str(lab.client_key),
+        "known_hosts": str(lab.known_hosts),
+        "connect_timeout_s": 5,
+    }
+    deployment = {
+        "name": "sim-pd-ssh-test",
+        "endpoint": "http://${router.host}:${router.port}",
+        "model": "deepseek-ai/DeepSeek-V4-Flash",
+        "sim_speedup": 8,
+        "run_dir": str(tmp / "runs"),
+        "hosts": {
+            "gpu-a": {"address": prefill_ns.address, **host},
+            "gpu-b": {"address": decode_ns.address, **host},
+        },
+        "services": {
+            "prefill": {
+                "on": "gpu-a",
+                "manager": "process",
+                "command": _sim_command("prefill"),
+                "env": sim_env,
+                "host": prefill_ns.address,
+                "port": 30000,
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+                "info_url": "http://${host}:${port}/server_info",
+            },
+            "decode": {
+                "on": "gpu-b",
+                "manager": "systemd",
+                "unit": UNIT,
+                "command": _sim_command("decode"),
+                "env": sim_env,
+                "host": decode_ns.address,
+                "port": 30001,
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+                "info_url": "http://${host}:${port}/server_info",
+            },
+            "router": {
+                "manager": "local",
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "autotune.sim.router",
+                    "--pd-disaggregation",
+                    "--prefill",
+                    "http://${prefill.host}:${prefill.port}",
+                    "8998",
+                    "--decode",
+                    "http://${decode.host}:${decode.port}",
+                    "--host",
+                    "${host}",
+                    "--port",
+                    "${port}",
+                ],
+                "host": "127.0.0.1",
+                "port": "auto",
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+            },
+        },
+    }
+    dep_file = tmp / "deployment.yaml"
+    dep_file.write_text(yaml.safe_dump(deployment, sort_keys=False))
+    study = yaml.safe_load(E2E_STUDY.read_text())
+    study.update(
+        name="ssh",
+        space=str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"),
+        deployment=str(dep_file),
+    )
+    study_file = tmp / "ssh.yaml"
+    study_file.write_text(yaml.safe_dump(study, sort_keys=False))
+    return study_file, prefill_ns.address, decode_ns.address
+
+
+def _install_original_unit(lab: SSHLab, decode_addr: str) -> None:
+    """The decode unit as the team runs it before tuning: active, its own command."""
+    (lab.systemd_units / UNIT).write_text(
+        "[Unit]\nDescription=simulated SGLang decode\n\n[Service]\n"
+        f"ExecStart={sys.executable} -m autotune.sim.server --model-path /models/DeepSeek-V4-Flash "
+        f"--tp-size 4 --disaggregation-mode decode --host {decode_addr} --port 30001\n"
+        "Environment=AUTOTUNE_SIM_LOAD_SECONDS=0.1 MARKER=original\n"
+    )
+    env = {
+        "FAKE_SYSTEMD_UNIT_DIR": str(lab.systemd_units),
+        "FAKE_SYSTEMD_STATE_DIR": str(lab.systemd_state),
+    }
+    systemctl = str(Path(__file__).parent / "fake_systemd" / "systemctl")
+    ns = lab.namespaces["decode"].name
+    for args in (["daemon-reload"], ["start", UNIT]):
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "env",
+                *[f"{k}={v}" for k, v in env.items()],
+                systemctl,
+                *args,
+            ],
+            check=True,
+            timeout=30,
+        )
+    _wait_health(f"http://{decode_addr}:30001", up=True)
+
+
+def _wait_health(url: str, *, up: bool, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ok = httpx.get(url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok == up:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{url} {'never healthy' if up else 'still answering'}")
+
+
+def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) -> None:
+    lab = netns_lab
+    study_file, prefill_addr, decode_addr = _write_files(lab, tmp_path)
+    _install_original_unit(lab, decode_addr)
+    db = tmp_path / "ssh.db"
+    common = ["--study", "ssh", "--storage", f"sqlite:///{db}", "--study-file", str(study_file)]
+    started = time.monotonic()
+    autotune_cli("run", "--trials", "20", "--seed", "5", *common, cwd=tmp_path, timeout=900)
+    elapsed = time.monotonic() - started
+
+    study = optuna.load_study(study_name="ssh", storage=f"sqlite:///{db}")
+    trials = study.get_trials()
+    assert len(trials) == 20 and all(t.state == TrialState.COMPLETE for t in trials)
+    launched = [t for t in trials if "restarted" in t.user_attrs]
+    assert len(launched) >= 5
+    measured = [t for t in launched if t.user_attrs["failure"] is None]
+    assert measured, [t.user_attrs.get("reason") for t in launched]
+    assert (
+        measured[0].user_attrs["effective"]["decode"]["port"] == 30001
+    )  # /server_info over the veth
+    # Only services whose rendered spec changed were restarted over SSH.
+    previous = None
+    checked = 0
+    for t in launched:
+        services = t.user_attrs["services"]
+        if previous is not None and previous.user_attrs["failure"] is None:
+            for name in ("prefill", "decode"):
+                changed = (
+                    services[name]["fingerprint"]
+                    != previous.user_attrs["services"][name]["fingerprint"]
+                )
+                assert (name in t.user_attrs["restarted"]) == changed, (t.number, name)
+                checked += 1
+        previous = t
+    assert checked >= 4
+    assert elapsed < 600
+
+    # Leave both hosts as found.
+    autotune_cli("restore", *common[:2], "--study-file", str(study_file), cwd=tmp_path)
+    assert not (lab.systemd_units / f"{UNIT}.d" / "50-autotune.conf").exists()
+    _wait_health(f"http://{decode_addr}:30001", up=True)  # the original unit runs again
+    running = json.loads((lab.systemd_state / "run" / f"{UNIT}.json").read_text())
+    assert "--moe-runner-backend" not in running["argv"]  # its own command, no tuned flags
+    assert running["argv"][-4:] == ["--host", decode_addr, "--port", "30001"]
+    _wait_health(f"http://{prefill_addr}:30000", up=False)  # the tuner-started process is gone
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"autotune.sim.server.*--host {prefill_addr}"],
+        capture_output=True,
+        text=True,
+    )
+    assert leftover.stdout.strip() == ""
