@@ -53,10 +53,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from autotune.remote.hosts import HostSpec
 
@@ -574,3 +577,112 @@ def _teardown_now() -> None:
     lab, _lab, _users = _lab, None, 0
     if lab is not None:
         lab.teardown()
+
+
+# --------------------------------------------------------------------- simulated PD
+UNIT = "sim-decode.service"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sim_command(mode: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "autotune.sim.server",
+        "--model-path",
+        "/models/DeepSeek-V4-Flash",
+        "--served-model-name",
+        "${model}",
+        "--tp-size",
+        "4",
+        "--disaggregation-mode",
+        mode,
+        "--host",
+        "${host}",
+        "--port",
+        "${port}",
+        "--enable-metrics",
+    ]
+
+
+def write_sim_pd_files(
+    lab: SSHLab, tmp: Path, *, study_template: Path, decode_manager: str = "systemd"
+) -> tuple[Path, str, str]:
+    """A deployment of the simulated PD servers on the lab's namespace hosts (prefill as a
+    detached process, decode under ``decode_manager``, router on this machine) and a study
+    file from ``study_template`` using it. Returns (study file, prefill addr, decode addr)."""
+    prefill_ns, decode_ns = lab.namespaces["prefill"], lab.namespaces["decode"]
+    sim_env = {"AUTOTUNE_SIM_LOAD_SECONDS": "0.2", "AUTOTUNE_SIM_SPEEDUP": "${sim_speedup}"}
+    host = {
+        "port": 22,
+        "user": "root",
+        "key_file": str(lab.client_key),
+        "known_hosts": str(lab.known_hosts),
+        "connect_timeout_s": 5,
+    }
+    deployment = {
+        "name": "sim-pd-ssh-test",
+        "endpoint": "http://${router.host}:${router.port}",
+        "model": "deepseek-ai/DeepSeek-V4-Flash",
+        "sim_speedup": 8,
+        "run_dir": str(tmp / "runs"),
+        "hosts": {
+            "gpu-a": {"address": prefill_ns.address, **host},
+            "gpu-b": {"address": decode_ns.address, **host},
+        },
+        "services": {
+            "prefill": {
+                "on": "gpu-a",
+                "manager": "process",
+                "command": _sim_command("prefill"),
+                "env": sim_env,
+                "host": prefill_ns.address,
+                "port": 30000,
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+                "info_url": "http://${host}:${port}/server_info",
+            },
+            "decode": {
+                "on": "gpu-b",
+                "manager": "systemd",
+                "unit": UNIT,
+                "command": _sim_command("decode"),
+                "env": sim_env,
+                "host": decode_ns.address,
+                "port": 30001,
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+                "info_url": "http://${host}:${port}/server_info",
+            },
+            "router": {
+                "manager": "local",
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "autotune.sim.router",
+                    "--pd-disaggregation",
+                    "--prefill",
+                    "http://${prefill.host}:${prefill.port}",
+                    "8998",
+                    "--decode",
+                    "http://${decode.host}:${decode.port}",
+                    "--host",
+                    "${host}",
+                    "--port",
+                    "${port}",
+                ],
+                "host": "127.0.0.1",
+                "port": "auto",
+                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+            },
+        },
+    }
+    dep_file = tmp / "deployment.yaml"
+    dep_file.write_text(yaml.safe_dump(deployment, sort_keys=False))
+    study = yaml.safe_load(study_template.read_text())
+    study.update(
+        name="ssh",
+        space=str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"),
+        deployment=str(dep_file),
+    )
+    study_file = tmp / "ssh.yaml"
+    study_file.write_text(yaml.safe_dump(study, sort_keys=False))
+    return study_file, prefill_ns.address, decode_ns.address

@@ -13,113 +13,11 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-import yaml
-from e2e_helpers import E2E_STUDY, REPO, autotune_cli
+from e2e_helpers import E2E_STUDY, autotune_cli
 from optuna.trial import TrialState
-from sshd_hosts import SSHLab
+from sshd_hosts import UNIT, SSHLab, write_sim_pd_files
 
 pytestmark = pytest.mark.slow
-
-UNIT = "sim-decode.service"
-
-
-def _sim_command(mode: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "autotune.sim.server",
-        "--model-path",
-        "/models/DeepSeek-V4-Flash",
-        "--served-model-name",
-        "${model}",
-        "--tp-size",
-        "4",
-        "--disaggregation-mode",
-        mode,
-        "--host",
-        "${host}",
-        "--port",
-        "${port}",
-        "--enable-metrics",
-    ]
-
-
-def _write_files(lab: SSHLab, tmp: Path) -> tuple[Path, str, str]:
-    prefill_ns, decode_ns = lab.namespaces["prefill"], lab.namespaces["decode"]
-    sim_env = {"AUTOTUNE_SIM_LOAD_SECONDS": "0.2", "AUTOTUNE_SIM_SPEEDUP": "${sim_speedup}"}
-    host = {
-        "port": 22,
-        "user": "root",
-        "key_file": str(lab.client_key),
-        "known_hosts": str(lab.known_hosts),
-        "connect_timeout_s": 5,
-    }
-    deployment = {
-        "name": "sim-pd-ssh-test",
-        "endpoint": "http://${router.host}:${router.port}",
-        "model": "deepseek-ai/DeepSeek-V4-Flash",
-        "sim_speedup": 8,
-        "run_dir": str(tmp / "runs"),
-        "hosts": {
-            "gpu-a": {"address": prefill_ns.address, **host},
-            "gpu-b": {"address": decode_ns.address, **host},
-        },
-        "services": {
-            "prefill": {
-                "on": "gpu-a",
-                "manager": "process",
-                "command": _sim_command("prefill"),
-                "env": sim_env,
-                "host": prefill_ns.address,
-                "port": 30000,
-                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
-                "info_url": "http://${host}:${port}/server_info",
-            },
-            "decode": {
-                "on": "gpu-b",
-                "manager": "systemd",
-                "unit": UNIT,
-                "command": _sim_command("decode"),
-                "env": sim_env,
-                "host": decode_ns.address,
-                "port": 30001,
-                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
-                "info_url": "http://${host}:${port}/server_info",
-            },
-            "router": {
-                "manager": "local",
-                "command": [
-                    sys.executable,
-                    "-m",
-                    "autotune.sim.router",
-                    "--pd-disaggregation",
-                    "--prefill",
-                    "http://${prefill.host}:${prefill.port}",
-                    "8998",
-                    "--decode",
-                    "http://${decode.host}:${decode.port}",
-                    "--host",
-                    "${host}",
-                    "--port",
-                    "${port}",
-                ],
-                "host": "127.0.0.1",
-                "port": "auto",
-                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
-            },
-        },
-    }
-    dep_file = tmp / "deployment.yaml"
-    dep_file.write_text(yaml.safe_dump(deployment, sort_keys=False))
-    study = yaml.safe_load(E2E_STUDY.read_text())
-    study.update(
-        name="ssh",
-        space=str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"),
-        deployment=str(dep_file),
-    )
-    study_file = tmp / "ssh.yaml"
-    study_file.write_text(yaml.safe_dump(study, sort_keys=False))
-    return study_file, prefill_ns.address, decode_ns.address
 
 
 def _install_original_unit(lab: SSHLab, decode_addr: str) -> None:
@@ -169,7 +67,9 @@ def _wait_health(url: str, *, up: bool, timeout: float = 20) -> None:
 
 def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) -> None:
     lab = netns_lab
-    study_file, prefill_addr, decode_addr = _write_files(lab, tmp_path)
+    study_file, prefill_addr, decode_addr = write_sim_pd_files(
+        lab, tmp_path, study_template=E2E_STUDY
+    )
     _install_original_unit(lab, decode_addr)
     db = tmp_path / "ssh.db"
     common = ["--study", "ssh", "--storage", f"sqlite:///{db}", "--study-file", str(study_file)]
@@ -203,6 +103,14 @@ def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
         previous = t
     assert checked >= 4
     assert elapsed < 600
+
+    # Install the winner for good: it keeps running after autotune exits.
+    out = autotune_cli("apply", "--best", *common, cwd=tmp_path)
+    assert "installed" in out.stdout
+    dropin = lab.systemd_units / f"{UNIT}.d" / "50-autotune.conf"
+    assert dropin.exists() and "ExecStart=" in dropin.read_text()
+    _wait_health(f"http://{decode_addr}:30001", up=True)
+    _wait_health(f"http://{prefill_addr}:30000", up=True)
 
     # Leave both hosts as found.
     autotune_cli("restore", *common[:2], "--study-file", str(study_file), cwd=tmp_path)
