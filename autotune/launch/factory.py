@@ -33,4 +33,9 @@ def make_launcher(
     def shells(name: str | None) -> Shell:
         return local if name is None else pool.get(name)
 
-    return RemoteLauncher(shells=shells, deployment=deployment.name)
+    return RemoteLauncher(
+        shells=shells,
+        deployment=deployment.name,
+        unit_dirs={name: h.systemd_unit_dir for name, h in hosts.items()},
+        run_dirs={name: h.run_dir for name, h in hosts.items()},
+    )

@@ -24,6 +24,8 @@ from autotune.remote.managers import ServiceManager, create_manager
 from autotune.remote.shell import LocalShell, Shell, ShellError
 from autotune.specs import ServiceSpec
 
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
+
 ShellFactory = Callable[[str | None], Shell]
 """Host name (None = this machine) -> its shell."""
 
@@ -49,8 +51,8 @@ class RemoteLauncher(Launcher):
         *,
         shells: ShellFactory,
         deployment: str,
-        run_dir: str | None = None,
-        unit_dir: str = "/etc/systemd/system",
+        run_dirs: Mapping[str | None, str] | None = None,
+        unit_dirs: Mapping[str | None, str] | None = None,
         stop_grace_s: float = 10.0,
         poll_interval_s: float = 0.25,
         probe_timeout_s: float = 2.0,
@@ -58,8 +60,8 @@ class RemoteLauncher(Launcher):
         super().__init__(poll_interval_s=poll_interval_s)
         self._shells = shells
         self.deployment = deployment
-        self.run_dir = run_dir
-        self.unit_dir = unit_dir
+        self.run_dirs = dict(run_dirs or {})
+        self.unit_dirs = dict(unit_dirs or {})
         self.stop_grace_s = stop_grace_s
         self._prober = HealthProber(connect_timeout_s=1.0, read_timeout_s=probe_timeout_s)
         self._managers: dict[tuple[str | None, str], ServiceManager] = {}
@@ -74,8 +76,8 @@ class RemoteLauncher(Launcher):
                 kind,
                 shell=self._shells(spec.on),
                 deployment=self.deployment,
-                run_dir=self.run_dir,
-                unit_dir=self.unit_dir,
+                run_dir=_host_run_dir(self.run_dirs.get(spec.on), self.deployment),
+                unit_dir=self.unit_dirs.get(spec.on, DEFAULT_UNIT_DIR),
             )
         return self._managers[key]
 
@@ -221,6 +223,11 @@ class RemoteLauncher(Launcher):
             self._prober.close()
             for manager in self._managers.values():
                 manager.shell.close()
+
+
+def _host_run_dir(base: str | None, deployment: str) -> str | None:
+    """``BASE/DEPLOYMENT`` on the host; None lets the manager use its default."""
+    return None if base is None else f"{base.rstrip('/')}/{deployment}"
 
 
 def local_shells(host: str | None) -> Shell:

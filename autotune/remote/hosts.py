@@ -52,6 +52,10 @@ class HostSpec(BaseModel):
     #: ``auto``: privileged commands run under ``sudo -n`` when the login user is not root;
     #: ``always``: privileged commands always run under ``sudo -n``; ``never``: never.
     sudo: SudoPolicy = "auto"
+    #: Where systemd units live on this host (drop-ins go to ``UNIT.d/`` below it).
+    systemd_unit_dir: str = "/etc/systemd/system"
+    #: Where autotune keeps pidfiles, logs and what it must undo, one folder per deployment.
+    run_dir: str = "~/.autotune/run"
 
     @model_validator(mode="before")
     @classmethod

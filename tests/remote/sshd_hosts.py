@@ -614,6 +614,7 @@ def write_sim_pd_files(
     prefill_ns, decode_ns = lab.namespaces["prefill"], lab.namespaces["decode"]
     sim_env = {"AUTOTUNE_SIM_LOAD_SECONDS": "0.2", "AUTOTUNE_SIM_SPEEDUP": "${sim_speedup}"}
     host = {
+        "run_dir": str(tmp / "host-run"),
         "port": 22,
         "user": "root",
         "key_file": str(lab.client_key),
@@ -628,7 +629,11 @@ def write_sim_pd_files(
         "run_dir": str(tmp / "runs"),
         "hosts": {
             "gpu-a": {"address": prefill_ns.address, **host},
-            "gpu-b": {"address": decode_ns.address, **host},
+            "gpu-b": {
+                "address": decode_ns.address,
+                **host,
+                "systemd_unit_dir": str(lab.systemd_units),
+            },
         },
         "services": {
             "prefill": {
@@ -643,8 +648,8 @@ def write_sim_pd_files(
             },
             "decode": {
                 "on": "gpu-b",
-                "manager": "systemd",
-                "unit": UNIT,
+                "manager": decode_manager,
+                **({"unit": UNIT} if decode_manager == "systemd" else {}),
                 "command": _sim_command("decode"),
                 "env": sim_env,
                 "host": decode_ns.address,

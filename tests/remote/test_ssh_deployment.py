@@ -84,9 +84,12 @@ def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
     assert len(launched) >= 5
     measured = [t for t in launched if t.user_attrs["failure"] is None]
     assert measured, [t.user_attrs.get("reason") for t in launched]
-    assert (
-        measured[0].user_attrs["effective"]["decode"]["port"] == 30001
-    )  # /server_info over the veth
+    for t in measured:  # /server_info over the veth: the tuned flags are what runs
+        effective = t.user_attrs["effective"]
+        assert effective["decode"]["port"] == 30001
+        for name in ("prefill", "decode"):
+            wanted = t.user_attrs["config"]["moe_runner_backend"]
+            assert effective[name]["moe_runner_backend"] == wanted, (t.number, name)
     # Only services whose rendered spec changed were restarted over SSH.
     previous = None
     checked = 0
