@@ -132,16 +132,18 @@ def test_ports_unique_per_host(tmp_path: Path) -> None:
     [
         ("port: auto", "port: 70000", "services.worker.port", "1..65535"),
         ("port: auto", "port: automatic", "services.worker.port", "auto"),
-        ('command: ["${python}", -m, http.server, --bind, "${host}", "${port}"]',
-         "command: []", "services.worker.command", "at least 1"),
+        (
+            'command: ["${python}", -m, http.server, --bind, "${host}", "${port}"]',
+            "command: []",
+            "services.worker.command",
+            "at least 1",
+        ),
         ("--port, ", "--port, 8, ", "services.router.command[4]", "quote it"),
         ("    port: 18000\n", "", "services.router.port", "required"),
         ("name: tiny", "name: 'tiny dep'", "name", "pattern"),
     ],
 )
-def test_field_errors(
-    tmp_path: Path, old: str, new: str, field: str, words: str
-) -> None:
+def test_field_errors(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:
     assert old in GOOD
     err = error_for(tmp_path, GOOD.replace(old, new, 1))
     assert err.field == field

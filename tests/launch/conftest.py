@@ -78,7 +78,5 @@ def make_spec(tmp_path: Path) -> SpecFactory:
 
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[LocalLauncher]:
-    with LocalLauncher(
-        tmp_path, stop_grace_s=2.0, port_wait_s=2.0, poll_interval_s=0.05
-    ) as lau:
+    with LocalLauncher(tmp_path, stop_grace_s=2.0, port_wait_s=2.0, poll_interval_s=0.05) as lau:
         yield lau

@@ -104,11 +104,16 @@ def test_dead_service_is_restarted(launcher: LocalLauncher, make_spec: SpecFacto
     ("line", "failure"),
     [
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
-        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
-         "unhandled cuda error", "nccl_error"),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "unhandled cuda error",
+            "nccl_error",
+        ),
         ("OSError: [Errno 98] Address already in use", "port_in_use"),
-        ("OSError: /models/DeepSeek-V4-Flash does not appear to have a file named config.json",
-         "model_path_missing"),
+        (
+            "OSError: /models/DeepSeek-V4-Flash does not appear to have a file named config.json",
+            "model_path_missing",
+        ),
         ("launch_server.py: error: unrecognized arguments: --bogus", "config_rejected"),
         ("nothing recognizable here", "exited"),
     ],
@@ -116,8 +121,18 @@ def test_dead_service_is_restarted(launcher: LocalLauncher, make_spec: SpecFacto
 def test_exit_before_ready_fails_fast(
     launcher: LocalLauncher, make_spec: SpecFactory, line: str, failure: str
 ) -> None:
-    spec = make_spec("prefill", "--ready-after", "60", "--log", line,
-                     "--exit-code", "3", "--exit-after", "0.4", timeout_s=30)
+    spec = make_spec(
+        "prefill",
+        "--ready-after",
+        "60",
+        "--log",
+        line,
+        "--exit-code",
+        "3",
+        "--exit-after",
+        "0.4",
+        timeout_s=30,
+    )
     t0 = time.monotonic()
     with pytest.raises(LaunchError) as info:
         launcher.apply({"prefill": spec})
@@ -136,8 +151,17 @@ def test_exit_before_ready_fails_fast(
 
 
 def test_failure_leaves_consistent_state(launcher: LocalLauncher, make_spec: SpecFactory) -> None:
-    bad = make_spec("prefill", "--log", "RuntimeError: CUDA error: an illegal memory access",
-                    "--exit-code", "1", "--exit-after", "0.2", "--ready-after", "60")
+    bad = make_spec(
+        "prefill",
+        "--log",
+        "RuntimeError: CUDA error: an illegal memory access",
+        "--exit-code",
+        "1",
+        "--exit-after",
+        "0.2",
+        "--ready-after",
+        "60",
+    )
     decode = make_spec("decode", "--ready-after", "0.8")
     router = make_spec("router", depends_on=("prefill", "decode"))
     with pytest.raises(LaunchError) as info:
@@ -160,8 +184,13 @@ def test_fatal_log_line_while_alive_fails_fast(
     launcher: LocalLauncher, make_spec: SpecFactory
 ) -> None:
     spec = make_spec(
-        "decode", "--hang", "--fatal-after", "0.3", "--spawn-child",
-        "--fatal-line", "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "decode",
+        "--hang",
+        "--fatal-after",
+        "0.3",
+        "--spawn-child",
+        "--fatal-line",
+        "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
         "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 ms",
         timeout_s=30,
     )
@@ -212,9 +241,7 @@ def test_sigkill_after_grace(tmp_path: Path, make_spec: SpecFactory) -> None:
     assert not running(int(kv["pid"])) and not running(int(kv["child"]))
 
 
-def test_port_is_free_before_each_restart(
-    launcher: LocalLauncher, make_spec: SpecFactory
-) -> None:
+def test_port_is_free_before_each_restart(launcher: LocalLauncher, make_spec: SpecFactory) -> None:
     for i in range(3):
         spec = make_spec("prefill", "--log", f"round-{i}")
         result = launcher.apply({"prefill": spec})
@@ -250,9 +277,15 @@ def test_unset_env_removes_inherited_variable(
     monkeypatch.setenv("NCCL_PROTO", "LL128")
     monkeypatch.setenv("AUTOTUNE_TEST_KEEP", "inherited")
     spec = make_spec(
-        "decode", "--print-env", "NCCL_PROTO", "--print-env", "AUTOTUNE_TEST_KEEP",
-        "--print-env", "NCCL_ALGO",
-        env={"NCCL_ALGO": "Ring"}, unset_env=("NCCL_PROTO",),
+        "decode",
+        "--print-env",
+        "NCCL_PROTO",
+        "--print-env",
+        "AUTOTUNE_TEST_KEEP",
+        "--print-env",
+        "NCCL_ALGO",
+        env={"NCCL_ALGO": "Ring"},
+        unset_env=("NCCL_PROTO",),
     )
     launcher.apply({"decode": spec})
     text = Path(spec.log_file).read_text()

@@ -30,8 +30,14 @@ def test_dependency_errors() -> None:
 
 
 def test_apply_rejects_unknown_dependency(tmp_path: Path) -> None:
-    spec = ServiceSpec(name="r", argv=("true",), port=1, health_url="http://x",
-                       log_file=str(tmp_path / "r.log"), depends_on=("nope",))
+    spec = ServiceSpec(
+        name="r",
+        argv=("true",),
+        port=1,
+        health_url="http://x",
+        log_file=str(tmp_path / "r.log"),
+        depends_on=("nope",),
+    )
     with LocalLauncher(tmp_path) as lau, pytest.raises(ConfigError) as info:
         lau.apply({"r": spec})
     assert info.value.field == "services.r.depends_on" and info.value.allowed == ["r"]

@@ -162,7 +162,7 @@ def _make_app(server: FakeServer) -> web.Application:
                 await emit(_sse(_chunk("".join(f" t{sent + j}" for j in range(k)), chat), eol))
                 sent += k
                 if mode == "drop":
-                    await resp.write(b"data: {\"choi")
+                    await resp.write(b'data: {"choi')
                     leave()
                     assert request.transport is not None
                     request.transport.close()
@@ -180,8 +180,11 @@ def _make_app(server: FakeServer) -> web.Application:
             else:
                 await emit(_sse(_chunk("", chat, finish="length"), eol))
                 if mode != "no_usage":
-                    usage = {"prompt_tokens": _prompt_tokens(payload), "completion_tokens": n,
-                             "total_tokens": _prompt_tokens(payload) + n}
+                    usage = {
+                        "prompt_tokens": _prompt_tokens(payload),
+                        "completion_tokens": n,
+                        "total_tokens": _prompt_tokens(payload) + n,
+                    }
                     await emit(_sse({"id": "x", "choices": [], "usage": usage}, eol))
                 server.tokens_sent += n
                 leave()

@@ -13,8 +13,14 @@ from autotune.loadgen import SLO, LoadSpec, arun_load, run_load
 
 
 def spec(**kw: object) -> LoadSpec:
-    base: dict[str, object] = {"concurrency": 4, "input_len": 16, "output_len": 8,
-                               "warmup_requests": 0, "requests": 8, "request_timeout_s": 10}
+    base: dict[str, object] = {
+        "concurrency": 4,
+        "input_len": 16,
+        "output_len": 8,
+        "warmup_requests": 0,
+        "requests": 8,
+        "request_timeout_s": 10,
+    }
     base.update(kw)
     return LoadSpec.model_validate(base)
 
@@ -30,8 +36,10 @@ def test_counts_tokens_from_usage_and_matches_server(fake_server: FakeServer) ->
     assert result.model == MODEL
     assert fake_server.model_requests == 1
     assert all(p["model"] == MODEL for p in fake_server.payloads)
-    assert all(len(p["prompt"]) == 16 and all(isinstance(t, int) for t in p["prompt"])
-               for p in fake_server.payloads)
+    assert all(
+        len(p["prompt"]) == 16 and all(isinstance(t, int) for t in p["prompt"])
+        for p in fake_server.payloads
+    )
     p0 = fake_server.payloads[0]
     assert p0["stream"] is True and p0["stream_options"] == {"include_usage": True}
     assert p0["ignore_eos"] is True and p0["temperature"] == 0 and p0["max_tokens"] == 8
@@ -42,7 +50,8 @@ def test_counts_tokens_from_usage_and_matches_server(fake_server: FakeServer) ->
     assert r0.send_time < r0.chunk_times[0] <= r0.chunk_times[-1] <= r0.end_time
     assert m.output_throughput == pytest.approx(96 / m.duration_s)
     assert m.duration_s == pytest.approx(
-        max(r.end_time for r in result.records) - min(r.send_time for r in result.records))
+        max(r.end_time for r in result.records) - min(r.send_time for r in result.records)
+    )
 
 
 def test_closed_loop_never_exceeds_concurrency(fake_server: FakeServer) -> None:
@@ -63,8 +72,12 @@ def test_keep_alive_reuses_at_most_c_connections(fake_server: FakeServer) -> Non
 def test_warmup_excluded_and_phases_reported(fake_server: FakeServer) -> None:
     phases: list[str] = []
     progress: list[tuple[int, int]] = []
-    result = run_load(fake_server.url, spec(warmup_requests=5, requests=7),
-                      on_phase=phases.append, on_progress=lambda d, t: progress.append((d, t)))
+    result = run_load(
+        fake_server.url,
+        spec(warmup_requests=5, requests=7),
+        on_phase=phases.append,
+        on_progress=lambda d, t: progress.append((d, t)),
+    )
     assert fake_server.requests == 12
     assert len(result.records) == 7 and result.metrics.completed == 7
     assert phases == ["warmup", "measure"]
@@ -130,8 +143,9 @@ def test_usage_missing_falls_back_to_chunks_and_is_flagged(fake_server: FakeServ
         ("no_done", "stream ended before"),
     ],
 )
-def test_failures_are_counted_not_raised(fake_server: FakeServer, fail_mode: str,
-                                         message: str) -> None:
+def test_failures_are_counted_not_raised(
+    fake_server: FakeServer, fail_mode: str, message: str
+) -> None:
     fake_server.behaviour.fail_every = 3
     fake_server.behaviour.fail_mode = fail_mode
     result = run_load(fake_server.url, spec(requests=12, concurrency=1))
@@ -201,8 +215,9 @@ def test_request_timeout_enforced(fake_server: FakeServer) -> None:
 
 def test_duration_mode(fake_server: FakeServer) -> None:
     fake_server.behaviour.chunk_delay_s = 0.01
-    result = run_load(fake_server.url, spec(requests=None, duration_s=0.6, output_len=5,
-                                            concurrency=2))
+    result = run_load(
+        fake_server.url, spec(requests=None, duration_s=0.6, output_len=5, concurrency=2)
+    )
     t0 = min(r.send_time for r in result.records)
     assert all(r.send_time < t0 + 0.6 + 0.02 for r in result.records)
     assert all(r.ok for r in result.records)
@@ -215,8 +230,9 @@ def test_duration_mode(fake_server: FakeServer) -> None:
 def test_max_duration_cancels_in_flight(fake_server: FakeServer) -> None:
     fake_server.behaviour.chunk_delay_s = 0.05
     t0 = time.perf_counter()
-    result = run_load(fake_server.url, spec(requests=1000, output_len=4, concurrency=3,
-                                            max_duration_s=0.5))
+    result = run_load(
+        fake_server.url, spec(requests=1000, output_len=4, concurrency=3, max_duration_s=0.5)
+    )
     assert time.perf_counter() - t0 < 2.0
     assert result.stop_reason is not None and "max_duration_s" in result.stop_reason
     assert 3 <= len(result.records) < 30
@@ -273,7 +289,8 @@ def test_failure_streak_stops_duration_mode(fake_server: FakeServer) -> None:
     fake_server.behaviour.fail_mode = "http_error"
     t0 = time.perf_counter()
     with pytest.raises(BenchError, match="all .* failed"):
-        run_load(fake_server.url, spec(requests=None, duration_s=20, max_duration_s=30,
-                                       concurrency=2))
+        run_load(
+            fake_server.url, spec(requests=None, duration_s=20, max_duration_s=30, concurrency=2)
+        )
     assert time.perf_counter() - t0 < 10
     assert fake_server.requests <= 64 + 2

@@ -17,8 +17,14 @@ def render(table: object) -> str:
 
 def test_table_contents() -> None:
     records = [
-        RequestRecord(index=0, send_time=0.0, end_time=1.0, chunk_times=[0.25, 0.5, 1.0],
-                      prompt_tokens=8, completion_tokens=5),
+        RequestRecord(
+            index=0,
+            send_time=0.0,
+            end_time=1.0,
+            chunk_times=[0.25, 0.5, 1.0],
+            prompt_tokens=8,
+            completion_tokens=5,
+        ),
         RequestRecord(index=1, send_time=0.0, end_time=0.5, error="HTTP 503: overloaded"),
     ]
     text = render(metrics_table(compute_metrics(records)))

@@ -18,8 +18,7 @@ def test_completions_text_and_request_shape(fake_server: FakeServer) -> None:
 
 
 def test_chat_with_explicit_model(fake_server: FakeServer) -> None:
-    text = probe_text(fake_server.url + "/v1", prompt="hi", max_tokens=3, model="m",
-                      api="chat")
+    text = probe_text(fake_server.url + "/v1", prompt="hi", max_tokens=3, model="m", api="chat")
     assert text == probe_answer("hi", 3)
     assert fake_server.payloads[0]["messages"][0]["content"] == "hi"
     assert fake_server.model_requests == 0

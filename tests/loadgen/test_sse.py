@@ -35,10 +35,12 @@ def test_feed_returns_events_as_soon_as_complete() -> None:
 
 
 def test_field_rules() -> None:
-    raw = (b": keep-alive comment\n"
-           b"event: error\ndata:no-space\ndata:  two spaces\nid: 7\nretry: 10\n\n"
-           b"data\n\n"
-           b"\n\n")
+    raw = (
+        b": keep-alive comment\n"
+        b"event: error\ndata:no-space\ndata:  two spaces\nid: 7\nretry: 10\n\n"
+        b"data\n\n"
+        b"\n\n"
+    )
     assert parse(raw) == [SSEEvent(b"no-space\n two spaces", b"error"), SSEEvent(b"")]
 
 

@@ -38,15 +38,19 @@ def free_port() -> int:
 class Proc:
     """One server/router subprocess with its log files."""
 
-    def __init__(self, module: str, argv: Sequence[str], env: Mapping[str, str],
-                 log_dir: Path, name: str) -> None:
+    def __init__(
+        self, module: str, argv: Sequence[str], env: Mapping[str, str], log_dir: Path, name: str
+    ) -> None:
         self.out = log_dir / f"{name}.out"
         self.err = log_dir / f"{name}.err"
         full_env = {**os.environ, "AUTOTUNE_SIM_LOAD_SECONDS": "0.2", **env}
         self.t_start = time.monotonic()
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", module, *argv], stdout=out, stderr=err, env=full_env,
+                [sys.executable, "-m", module, *argv],
+                stdout=out,
+                stderr=err,
+                env=full_env,
             )
 
     def log(self) -> str:
@@ -80,20 +84,41 @@ class Launcher:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
 
-    def server(self, levers: Mapping[str, object], *, mode: str = "decode",
-               env: Mapping[str, str] | None = None, extra: Sequence[str] = (),
-               name: str = "server") -> tuple[Proc, str]:
+    def server(
+        self,
+        levers: Mapping[str, object],
+        *,
+        mode: str = "decode",
+        env: Mapping[str, str] | None = None,
+        extra: Sequence[str] = (),
+        name: str = "server",
+    ) -> tuple[Proc, str]:
         port = free_port()
         argv, lever_env = levers_to_command(levers, mode=mode, port=port)
-        proc = Proc("autotune.sim.server", [*argv, *extra], {**lever_env, **(env or {})},
-                    self.log_dir, f"{name}-{port}")
+        proc = Proc(
+            "autotune.sim.server",
+            [*argv, *extra],
+            {**lever_env, **(env or {})},
+            self.log_dir,
+            f"{name}-{port}",
+        )
         self.procs.append(proc)
         return proc, f"http://127.0.0.1:{port}"
 
     def router(self, prefill: str, decode: str) -> tuple[Proc, str]:
         port = free_port()
-        argv = ["--pd-disaggregation", "--prefill", prefill, "8998", "--decode", decode,
-                "--host", "127.0.0.1", "--port", str(port)]
+        argv = [
+            "--pd-disaggregation",
+            "--prefill",
+            prefill,
+            "8998",
+            "--decode",
+            decode,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         proc = Proc("autotune.sim.router", argv, {}, self.log_dir, f"router-{port}")
         self.procs.append(proc)
         return proc, f"http://127.0.0.1:{port}"
@@ -110,8 +135,9 @@ def launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
     lau.close()
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, object]
-               ) -> tuple[int, float, float, float, list[tuple[float, int]]]:
+async def _one(
+    session: aiohttp.ClientSession, url: str, body: dict[str, object]
+) -> tuple[int, float, float, float, list[tuple[float, int]]]:
     """Stream one completion: (completion tokens, start, first chunk, end, chunk times)."""
     t0 = time.monotonic()
     first = 0.0
@@ -134,8 +160,9 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, object]
     return tokens, t0, first, time.monotonic(), chunks
 
 
-def closed_loop(url: str, *, concurrency: int, requests: int, input_len: int,
-                output_len: int) -> dict[str, float]:
+def closed_loop(
+    url: str, *, concurrency: int, requests: int, input_len: int, output_len: int
+) -> dict[str, float]:
     """A tiny bench_serving: C clients, fixed lengths, ignore_eos.
 
     ``output_throughput`` is over the whole run (first dispatch to last completion);
@@ -143,8 +170,14 @@ def closed_loop(url: str, *, concurrency: int, requests: int, input_len: int,
     start-up ramp through a FIFO prefill) and the last dispatch (when concurrency drops).
     """
     prompt = " ".join(["word"] * input_len)
-    body = {"prompt": prompt, "max_tokens": output_len, "ignore_eos": True, "stream": True,
-            "temperature": 0, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
     Rec = tuple[int, float, float, float, list[tuple[float, int]]]
 
     async def run() -> list[Rec]:
@@ -152,11 +185,13 @@ def closed_loop(url: str, *, concurrency: int, requests: int, input_len: int,
         out: list[Rec] = []
         conn = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=conn) as session:
+
             async def client() -> None:
                 nonlocal left
                 while left > 0:
                     left -= 1
                     out.append(await _one(session, url, body))
+
             await asyncio.gather(*(client() for _ in range(concurrency)))
         return out
 

@@ -36,26 +36,71 @@ def test_baseline_decode_command_parses_every_flag() -> None:
 
 def test_all_listed_flags_and_env() -> None:
     argv = [
-        "--model-path", "/m", "--served-model-name", "x", "--tp-size", "4", "--host", "0.0.0.0",
-        "--port", "1234", "--disaggregation-mode", "prefill",
-        "--disaggregation-bootstrap-port", "9000", "--disaggregation-transfer-backend", "nixl",
-        "--moe-runner-backend", "cutlass", "--quantization", "modelopt_fp4",
-        "--mem-fraction-static", "0.8", "--disable-custom-all-reduce",
-        "--cuda-graph-max-bs", "32", "--cuda-graph-max-bs-decode", "24",
-        "--disable-cuda-graph", "--max-running-requests", "64",
-        "--chunked-prefill-size", "4096", "--page-size", "64",
-        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
-        "--triton-attention-num-kv-splits", "16", "--enable-metrics", "--disable-radix-cache",
-        "--attention-backend", "triton", "--trust-remote-code", "--base-gpu-id", "4",
-        "--log-level", "warning",
+        "--model-path",
+        "/m",
+        "--served-model-name",
+        "x",
+        "--tp-size",
+        "4",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "1234",
+        "--disaggregation-mode",
+        "prefill",
+        "--disaggregation-bootstrap-port",
+        "9000",
+        "--disaggregation-transfer-backend",
+        "nixl",
+        "--moe-runner-backend",
+        "cutlass",
+        "--quantization",
+        "modelopt_fp4",
+        "--mem-fraction-static",
+        "0.8",
+        "--disable-custom-all-reduce",
+        "--cuda-graph-max-bs",
+        "32",
+        "--cuda-graph-max-bs-decode",
+        "24",
+        "--disable-cuda-graph",
+        "--max-running-requests",
+        "64",
+        "--chunked-prefill-size",
+        "4096",
+        "--page-size",
+        "64",
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+        "--triton-attention-num-kv-splits",
+        "16",
+        "--enable-metrics",
+        "--disable-radix-cache",
+        "--attention-backend",
+        "triton",
+        "--trust-remote-code",
+        "--base-gpu-id",
+        "4",
+        "--log-level",
+        "warning",
     ]
     env = {
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_MIN_NCHANNELS": "4",
-        "NCCL_MAX_NCHANNELS": "8", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1",
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Tree",
+        "NCCL_MIN_NCHANNELS": "4",
+        "NCCL_MAX_NCHANNELS": "8",
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "true", "CUDA_VISIBLE_DEVICES": "0,1",
-        "AUTOTUNE_SIM_LOAD_SECONDS": "1.5", "AUTOTUNE_SIM_NOISE": "0.1",
+        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "true",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "AUTOTUNE_SIM_LOAD_SECONDS": "1.5",
+        "AUTOTUNE_SIM_NOISE": "0.1",
         "AUTOTUNE_SIM_SEED": "7",
     }
     cfg = parse_config(argv, env)
@@ -73,8 +118,11 @@ def test_all_listed_flags_and_env() -> None:
 
 
 def test_env_defaults_and_false_values() -> None:
-    env = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0",
-           "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "false", "NCCL_MIN_NCHANNELS": "x"}
+    env = {
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0",
+        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "false",
+        "NCCL_MIN_NCHANNELS": "x",
+    }
     cfg = parse_config(["--model-path", "/m"], env)
     assert not cfg.pcie_ipc_allreduce and not cfg.static_kv_splits
     assert cfg.nccl_min_nchannels is None and cfg.nccl_proto is None
@@ -111,10 +159,18 @@ def test_levers_rendered_to_command_parse_to_the_same_config(mode: str) -> None:
 
 
 def test_contract_rendering_details() -> None:
-    levers = {**BASELINE, "speculative": "off", "cuda_graph": False, "custom_all_reduce": False,
-              "nccl_proto": "unset", "nccl_channels": True, "nccl_min_nchannels": 2,
-              "nccl_max_nchannels": 4, "checkpoint": "nvfp4",
-              "moe_runner_backend": "flashinfer_cutlass"}
+    levers = {
+        **BASELINE,
+        "speculative": "off",
+        "cuda_graph": False,
+        "custom_all_reduce": False,
+        "nccl_proto": "unset",
+        "nccl_channels": True,
+        "nccl_min_nchannels": 2,
+        "nccl_max_nchannels": 4,
+        "checkpoint": "nvfp4",
+        "moe_runner_backend": "flashinfer_cutlass",
+    }
     argv, env = levers_to_command(levers, mode="decode")
     assert "--speculative-algorithm" not in argv and "--disable-radix-cache" not in argv
     assert "--disable-cuda-graph" in argv and "--cuda-graph-max-bs" not in argv

@@ -24,8 +24,7 @@ NVFP4 = {**BASELINE, "checkpoint": "nvfp4", "moe_runner_backend": "flashinfer_cu
 
 
 def thr(levers: dict[str, object]) -> float:
-    return pm.expected_output_throughput(config_from_levers(levers), input_len=IN,
-                                         output_len=OUT)
+    return pm.expected_output_throughput(config_from_levers(levers), input_len=IN, output_len=OUT)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +54,9 @@ def test_seeds_slow_kernel_dominates_baseline() -> None:
 
 def test_mtp_verifier_memory_halves_the_effective_batch() -> None:
     spec = config_from_levers(BASELINE, mode="decode")
-    nospec = config_from_levers({**BASELINE, "speculative": "off",
-                                 "max_running_requests": 128}, mode="decode")
+    nospec = config_from_levers(
+        {**BASELINE, "speculative": "off", "max_running_requests": 128}, mode="decode"
+    )
     assert pm.running_cap(spec) == 12
     assert pm.running_cap(spec) <= 0.5 * pm.running_cap(nospec)
 
@@ -75,10 +75,14 @@ def test_no_two_lever_change_from_baseline_comes_close(optimum: pm.Optimum) -> N
     domains: dict[str, list[object]] = {k: list(v) for k, v in CATEGORIES.items()}
     del domains["nccl_channels"]  # only meaningful with its two counts: see below
     domains |= {
-        "nccl_min_nchannels": [{"nccl_channels": True, "nccl_min_nchannels": c,
-                                "nccl_max_nchannels": c} for c in (1, 4, 16)],
-        "speculative_num_steps": [1, 2, 4], "mem_fraction_static": [0.7, 0.8, 0.9, 0.95],
-        "cuda_graph_max_bs": [16, 32, 256], "max_running_requests": [8, 16, 128],
+        "nccl_min_nchannels": [
+            {"nccl_channels": True, "nccl_min_nchannels": c, "nccl_max_nchannels": c}
+            for c in (1, 4, 16)
+        ],
+        "speculative_num_steps": [1, 2, 4],
+        "mem_fraction_static": [0.7, 0.8, 0.9, 0.95],
+        "cuda_graph_max_bs": [16, 32, 256],
+        "max_running_requests": [8, 16, 128],
         "chunked_prefill_size": [2048, 16384],
     }
     best = 0.0
@@ -123,10 +127,15 @@ def test_wrong_text_config_is_fast_enough_to_fool_an_ungated_tuner(optimum: pm.O
 
 
 def test_exactly_one_combination_serves_wrong_text() -> None:
-    for proto, ipc, car in itertools.product(CATEGORIES["nccl_proto"], (False, True),
-                                             (False, True)):
-        levers = {**BASELINE, "nccl_proto": proto, "pcie_ipc_allreduce": ipc,
-                  "custom_all_reduce": car}
+    for proto, ipc, car in itertools.product(
+        CATEGORIES["nccl_proto"], (False, True), (False, True)
+    ):
+        levers = {
+            **BASELINE,
+            "nccl_proto": proto,
+            "pcie_ipc_allreduce": ipc,
+            "custom_all_reduce": car,
+        }
         assert pm.serves_wrong_text(config_from_levers(levers)) == (proto == "LL128" and not ipc)
     cfg = parse_config(["--model-path", "/m", "--tp-size", "4"], {"NCCL_PROTO": "^LL128"})
     assert not pm.serves_wrong_text(cfg)
@@ -137,11 +146,30 @@ def test_exactly_one_combination_serves_wrong_text() -> None:
 # ---- resolution: silent rewrites ----------------------------------------------------------
 def test_resolve_shows_silent_rewrites() -> None:
     cfg = parse_config(
-        ["--model-path", "/models/DeepSeek-V4-Flash", "--tp-size", "4",
-         "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
-         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7",
-         "--page-size", "64", "--attention-backend", "triton",
-         "--cuda-graph-max-bs", "24", "--disaggregation-mode", "decode"], {})
+        [
+            "--model-path",
+            "/models/DeepSeek-V4-Flash",
+            "--tp-size",
+            "4",
+            "--speculative-algorithm",
+            "NEXTN",
+            "--speculative-num-steps",
+            "2",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "7",
+            "--page-size",
+            "64",
+            "--attention-backend",
+            "triton",
+            "--cuda-graph-max-bs",
+            "24",
+            "--disaggregation-mode",
+            "decode",
+        ],
+        {},
+    )
     info = pm.resolve(cfg)
     assert info["disable_custom_all_reduce"] is True  # TP4 over PCIe, no NVLink
     assert info["speculative_algorithm"] == "EAGLE"
@@ -158,13 +186,28 @@ def test_resolve_shows_silent_rewrites() -> None:
 
 
 def test_spec_defaults_when_steps_unset() -> None:
-    cfg = parse_config(["--model-path", "/m", "--tp-size", "4",
-                        "--speculative-algorithm", "EAGLE"], {})
+    cfg = parse_config(
+        ["--model-path", "/m", "--tp-size", "4", "--speculative-algorithm", "EAGLE"], {}
+    )
     info = pm.resolve(cfg)
-    assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
-            info["speculative_num_draft_tokens"]) == (3, 1, 4)
-    bad = parse_config(["--model-path", "/m", "--tp-size", "4", "--speculative-algorithm",
-                        "EAGLE", "--speculative-eagle-topk", "1"], {})
+    assert (
+        info["speculative_num_steps"],
+        info["speculative_eagle_topk"],
+        info["speculative_num_draft_tokens"],
+    ) == (3, 1, 4)
+    bad = parse_config(
+        [
+            "--model-path",
+            "/m",
+            "--tp-size",
+            "4",
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-eagle-topk",
+            "1",
+        ],
+        {},
+    )
     failure = pm.startup_failure(bad)
     assert failure is not None and failure.kind == "config_rejected"
 
@@ -178,14 +221,21 @@ def test_oom_when_graph_and_mtp_memory_do_not_fit() -> None:
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in text
     assert "Capture cuda graph failed" in text
     # smaller graphs, no MTP or less static memory all fit
-    for fix in ({"cuda_graph_max_bs": 8, "mem_fraction_static": 0.9}, {"mem_fraction_static": 0.80},
-                {"speculative": "off", "cuda_graph_max_bs": 16}):
+    for fix in (
+        {"cuda_graph_max_bs": 8, "mem_fraction_static": 0.9},
+        {"mem_fraction_static": 0.80},
+        {"speculative": "off", "cuda_graph_max_bs": 16},
+    ):
         assert pm.startup_failure(config_from_levers({**levers, **fix}, mode="decode")) is None
 
 
 def test_expandable_segments_lower_the_oom_threshold() -> None:
-    levers = {**BASELINE, "mem_fraction_static": 0.95, "speculative_num_steps": 2,
-              "cuda_graph_max_bs": 16}
+    levers = {
+        **BASELINE,
+        "mem_fraction_static": 0.95,
+        "speculative_num_steps": 2,
+        "cuda_graph_max_bs": 16,
+    }
     failure = pm.startup_failure(config_from_levers(levers, mode="decode"))
     assert failure is not None and failure.kind == "cuda_oom"
     fixed = {**levers, "pytorch_alloc_conf": "expandable_segments:True"}
@@ -198,14 +248,19 @@ def test_prefill_oom_depends_on_chunk_size() -> None:
     assert failure is not None and failure.kind == "cuda_oom"
     small = {**levers, "chunked_prefill_size": 4096}
     assert pm.startup_failure(config_from_levers(small, mode="prefill")) is None
-    assert pm.expected_output_throughput(config_from_levers(levers), input_len=IN,
-                                         output_len=OUT) == 0.0
+    assert (
+        pm.expected_output_throughput(config_from_levers(levers), input_len=IN, output_len=OUT)
+        == 0.0
+    )
 
 
-@pytest.mark.parametrize(("runner", "ckpt", "needle"), [
-    ("flashinfer_cutlass", "mxfp4", "requires a ModelOpt FP4"),
-    ("flashinfer_mxfp4", "nvfp4", "only supports MXFP4"),
-])
+@pytest.mark.parametrize(
+    ("runner", "ckpt", "needle"),
+    [
+        ("flashinfer_cutlass", "mxfp4", "requires a ModelOpt FP4"),
+        ("flashinfer_mxfp4", "nvfp4", "only supports MXFP4"),
+    ],
+)
 def test_runner_checkpoint_mismatch_refuses_to_start(runner: str, ckpt: str, needle: str) -> None:
     cfg = config_from_levers({**BASELINE, "moe_runner_backend": runner, "checkpoint": ckpt})
     failure = pm.startup_failure(cfg)
@@ -234,12 +289,14 @@ def test_component_levers_move_the_right_component() -> None:
     ll = pm.decode_step_breakdown(dec(fast, nccl_proto="LL"), 16)
     assert ipc["allreduce"] < ll["allreduce"] < base["allreduce"]
     static = pm.decode_step_breakdown(
-        dec(fast, static_kv_splits=True, triton_attention_num_kv_splits=4), 16)
+        dec(fast, static_kv_splits=True, triton_attention_num_kv_splits=4), 16
+    )
     assert static["attention"] < base["attention"] / 10
     eager = pm.decode_step_breakdown(dec(fast, cuda_graph_max_bs=8), 16)
     assert eager["launch"] > 10 * base["launch"]
-    marlin = pm.decode_step_breakdown(dec(fast, moe_runner_backend="marlin",
-                                          checkpoint="mxfp4"), 16)
+    marlin = pm.decode_step_breakdown(
+        dec(fast, moe_runner_backend="marlin", checkpoint="mxfp4"), 16
+    )
     assert marlin["moe_and_dense"] > 5 * base["moe_and_dense"]
 
 
@@ -248,8 +305,7 @@ def test_more_draft_tokens_touch_more_experts() -> None:
     # DOMAIN §7 quotes U(16)=80.5, U(64)=203 (rounded)
     assert pm.distinct_experts(16) == pytest.approx(80.5, abs=0.5)
     assert pm.distinct_experts(64) == pytest.approx(203, abs=4)
-    steps = [pm.decode_step_seconds(dec(NVFP4, speculative_num_steps=s), 16)
-             for s in (1, 2, 3, 4)]
+    steps = [pm.decode_step_seconds(dec(NVFP4, speculative_num_steps=s), 16) for s in (1, 2, 3, 4)]
     assert steps == sorted(steps)
     lengths = [pm.accept_length(dec(NVFP4, speculative_num_steps=s)) for s in (1, 2, 3, 4)]
     assert lengths == sorted(lengths) and lengths[0] == pytest.approx(1.7)
@@ -267,8 +323,15 @@ def test_step_time_grows_with_batch_and_is_pure(seed: int, batch: int) -> None:
 
 
 def test_tpot_and_throughput_agree() -> None:
-    cfg = config_from_levers({**NVFP4, "speculative": "off", "cuda_graph_max_bs": 16,
-                              "pcie_ipc_allreduce": True, "static_kv_splits": True})
+    cfg = config_from_levers(
+        {
+            **NVFP4,
+            "speculative": "off",
+            "cuda_graph_max_bs": 16,
+            "pcie_ipc_allreduce": True,
+            "static_kv_splits": True,
+        }
+    )
     e = pm.expectation(cfg, concurrency=16, input_len=IN, output_len=OUT, deployment="decode")
     assert e.tpot_s == pytest.approx(e.step_s)
     assert e.output_throughput == pytest.approx(e.batch * OUT / ((OUT + 0.5) * e.step_s))

@@ -37,8 +37,9 @@ def sse_events(body: str) -> list[str]:
 
 
 def test_health_is_503_while_loading_then_200(launcher: Launcher) -> None:
-    proc, url = launcher.server(FAST_LEVERS, env={"AUTOTUNE_SIM_LOAD_SECONDS": "1.5"},
-                                name="loading")
+    proc, url = launcher.server(
+        FAST_LEVERS, env={"AUTOTUNE_SIM_LOAD_SECONDS": "1.5"}, name="loading"
+    )
     codes: list[int] = []
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and 200 not in codes:
@@ -52,8 +53,13 @@ def test_health_is_503_while_loading_then_200(launcher: Launcher) -> None:
 
 
 def test_streaming_completion_with_usage(fast: str) -> None:
-    body = {"prompt": "one two three four", "max_tokens": 7, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": "one two three four",
+        "max_tokens": 7,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     r = httpx.post(fast + "/v1/completions", json=body, timeout=10)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = sse_events(r.text)
@@ -69,9 +75,11 @@ def test_streaming_completion_with_usage(fast: str) -> None:
 
 
 def test_non_streaming_completion_and_token_ids(fast: str) -> None:
-    r = httpx.post(fast + "/v1/completions",
-                   json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 5, "ignore_eos": True},
-                   timeout=10)
+    r = httpx.post(
+        fast + "/v1/completions",
+        json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 5, "ignore_eos": True},
+        timeout=10,
+    )
     assert r.status_code == 200
     out = r.json()
     assert out["object"] == "text_completion"
@@ -81,15 +89,26 @@ def test_non_streaming_completion_and_token_ids(fast: str) -> None:
 
 def test_chat_completion(fast: str) -> None:
     msgs = [{"role": "user", "content": "say something"}]
-    r = httpx.post(fast + "/v1/chat/completions",
-                   json={"messages": msgs, "max_tokens": 3, "ignore_eos": True}, timeout=10)
+    r = httpx.post(
+        fast + "/v1/chat/completions",
+        json={"messages": msgs, "max_tokens": 3, "ignore_eos": True},
+        timeout=10,
+    )
     out = r.json()
     assert out["object"] == "chat.completion"
     assert out["choices"][0]["message"]["role"] == "assistant"
     assert len(out["choices"][0]["message"]["content"].split()) == 3
-    r = httpx.post(fast + "/v1/chat/completions",
-                   json={"messages": msgs, "max_tokens": 3, "ignore_eos": True, "stream": True,
-                         "stream_options": {"include_usage": True}}, timeout=10)
+    r = httpx.post(
+        fast + "/v1/chat/completions",
+        json={
+            "messages": msgs,
+            "max_tokens": 3,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        timeout=10,
+    )
     chunks = [json.loads(e) for e in sse_events(r.text)[:-1]]
     assert chunks[0]["object"] == "chat.completion.chunk"
     content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
@@ -98,8 +117,11 @@ def test_chat_completion(fast: str) -> None:
 
 
 def test_generate_and_bad_requests(fast: str) -> None:
-    r = httpx.post(fast + "/generate", json={"text": "a b", "sampling_params": {
-        "max_new_tokens": 4, "ignore_eos": True}}, timeout=10)
+    r = httpx.post(
+        fast + "/generate",
+        json={"text": "a b", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}},
+        timeout=10,
+    )
     assert r.json()["meta_info"]["completion_tokens"] == 4
     assert httpx.post(fast + "/v1/completions", json={"max_tokens": 3}).status_code == 400
     assert httpx.post(fast + "/v1/completions", content=b"{not json").status_code == 400
@@ -124,16 +146,20 @@ def test_metrics_names(fast: str) -> None:
     httpx.post(fast + "/v1/completions", json={"prompt": "m", "max_tokens": 2}, timeout=10)
     body = httpx.get(fast + "/metrics").text
     label = 'model_name="deepseek-ai/DeepSeek-V4-Flash"'
-    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-                 "sglang:gen_throughput", "sglang:spec_accept_length"):
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:gen_throughput",
+        "sglang:spec_accept_length",
+    ):
         assert f"# TYPE {name} gauge" in body and f"{name}{{{label}}}" in body
     for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"):
         assert f"# TYPE {name} counter" in body
     for name in ("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"):
         assert f"# TYPE {name} histogram" in body
         assert f'{name}_bucket{{{label},le="+Inf"}}' in body and f"{name}_count" in body
-    gen = [ln for ln in body.splitlines()
-           if ln.startswith("sglang:generation_tokens_total{")][0]
+    gen = [ln for ln in body.splitlines() if ln.startswith("sglang:generation_tokens_total{")][0]
     assert float(gen.split()[-1]) >= 2
 
 
@@ -158,41 +184,60 @@ def test_runner_checkpoint_mismatch_refuses_to_start(launcher: Launcher) -> None
 
 
 def test_unknown_flag_exits_2() -> None:
-    r = subprocess.run([sys.executable, "-m", "autotune.sim.server", "--model-path", "/m",
-                        "--tp", "4"], capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune.sim.server", "--model-path", "/m", "--tp", "4"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert r.returncode == 2 and "unrecognized arguments: --tp" in r.stderr
 
 
 def test_port_in_use_fails(launcher: Launcher, fast: str) -> None:
     port = int(fast.rsplit(":", 1)[1])
-    r = subprocess.run([sys.executable, "-m", "autotune.sim.server", "--model-path", "/m",
-                        "--port", str(port)], capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune.sim.server", "--model-path", "/m", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert r.returncode == 1 and "address already in use" in r.stderr
 
 
 def test_wrong_text_config_serves_different_text(launcher: Launcher, fast: str) -> None:
     wrong_levers = {**FAST_LEVERS, "pcie_ipc_allreduce": False, "nccl_proto": "LL128"}
-    other_levers = {**FAST_LEVERS, "speculative": "eagle", "speculative_num_steps": 2,
-                    "mem_fraction_static": 0.93}
+    other_levers = {
+        **FAST_LEVERS,
+        "speculative": "eagle",
+        "speculative_num_steps": 2,
+        "mem_fraction_static": 0.93,
+    }
     assert pm.serves_wrong_text(config_from_levers(wrong_levers))
     wrong_proc, wrong = launcher.server(wrong_levers, name="wrong")
     other_proc, other = launcher.server(other_levers, name="other")
     wrong_proc.wait_ready(wrong)
     other_proc.wait_ready(other)
     body = {"prompt": "Is the output correct?", "max_tokens": 24, "temperature": 0}
-    texts = {u: httpx.post(u + "/v1/completions", json=body, timeout=20).json()
-             ["choices"][0]["text"] for u in (fast, wrong, other)}
-    assert texts[fast] == texts[other] == text.greedy_text("Is the output correct?", 24,
-                                                              ignore_eos=False)
+    texts = {
+        u: httpx.post(u + "/v1/completions", json=body, timeout=20).json()["choices"][0]["text"]
+        for u in (fast, wrong, other)
+    }
+    assert (
+        texts[fast]
+        == texts[other]
+        == text.greedy_text("Is the output correct?", 24, ignore_eos=False)
+    )
     assert texts[wrong] != texts[fast]
 
 
 def test_measured_throughput_matches_the_model(fast: str) -> None:
     cfg = config_from_levers(FAST_LEVERS, mode="decode")
-    expected = pm.expected_output_throughput(cfg, concurrency=16, input_len=32,
-                                             output_len=64, deployment="decode")
-    tpot = pm.expected_tpot_ms(cfg, concurrency=16, input_len=32, output_len=64,
-                               deployment="decode")
+    expected = pm.expected_output_throughput(
+        cfg, concurrency=16, input_len=32, output_len=64, deployment="decode"
+    )
+    tpot = pm.expected_tpot_ms(
+        cfg, concurrency=16, input_len=32, output_len=64, deployment="decode"
+    )
     got = closed_loop(fast, concurrency=16, requests=48, input_len=32, output_len=64)
     assert got["tokens"] == 48 * 64
     assert got["output_throughput"] == pytest.approx(expected, rel=0.10)
@@ -202,10 +247,12 @@ def test_measured_throughput_matches_the_model(fast: str) -> None:
 def test_startup_is_fast() -> None:
     port = free_port()
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.sim.server", "--model-path", "/m",
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            env={"AUTOTUNE_SIM_LOAD_SECONDS": "5", "PATH": ""})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.sim.server", "--model-path", "/m", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"AUTOTUNE_SIM_LOAD_SECONDS": "5", "PATH": ""},
+    )
     try:
         while True:
             try:
@@ -227,7 +274,10 @@ def test_combined_server_prefills_then_decodes(launcher: Launcher) -> None:
     proc.wait_ready(url)
     info = httpx.get(url + "/server_info").json()
     assert info["disaggregation_mode"] == "null"
-    out = httpx.post(url + "/v1/completions", json={
-        "prompt": "x " * 600, "max_tokens": 5, "ignore_eos": True}, timeout=10).json()
+    out = httpx.post(
+        url + "/v1/completions",
+        json={"prompt": "x " * 600, "max_tokens": 5, "ignore_eos": True},
+        timeout=10,
+    ).json()
     assert out["choices"][0]["text"] == text.greedy_text("x " * 600, 5)
     assert out["usage"] == {"prompt_tokens": 600, "completion_tokens": 5, "total_tokens": 605}

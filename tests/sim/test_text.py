@@ -16,7 +16,8 @@ def test_text_is_a_deterministic_function_of_prompt_and_position() -> None:
     assert text.greedy_text("hello world", 20) == a[: len(text.greedy_text("hello world", 20))]
     assert len(a.split()) == 50
     assert text.tokens(text.prompt_key("hello world"), 10, 5) == "".join(
-        text.token(text.prompt_key("hello world"), p) for p in range(10, 15))
+        text.token(text.prompt_key("hello world"), p) for p in range(10, 15)
+    )
     assert text.prompt_key([1, 2, 3]) == text.prompt_key([1, 2, 3]) != text.prompt_key([1, 2])
 
 
