@@ -36,6 +36,7 @@ class _Started:
     fingerprint: str
     started_mono: float
     log_offset: int
+    checked_mono: float = 0.0
     ready: bool = False
 
 
@@ -54,10 +55,12 @@ class RemoteLauncher(Launcher):
         run_dirs: Mapping[str | None, str] | None = None,
         unit_dirs: Mapping[str | None, str] | None = None,
         stop_grace_s: float = 10.0,
-        poll_interval_s: float = 0.25,
+        poll_interval_s: float = 0.1,
+        host_check_interval_s: float = 1.0,
         probe_timeout_s: float = 2.0,
     ) -> None:
         super().__init__(poll_interval_s=poll_interval_s)
+        self.host_check_interval_s = host_check_interval_s
         self._shells = shells
         self.deployment = deployment
         self.run_dirs = dict(run_dirs or {})
@@ -131,27 +134,18 @@ class RemoteLauncher(Launcher):
         s = self._started[spec.name]
         if s.ready:
             return True
-        manager = self.manager_for(spec)
-        try:
-            text, s.log_offset = manager.log_since(spec.name, s.log_offset)
-            alive = manager.alive(spec.name)
-        except ShellError as exc:
-            raise self._host_error(spec, exc) from None
-        fatal = next(
-            (
-                hit
-                for line in text.splitlines()
-                if (hit := classify_line(line)) and hit[1] in FATAL_WHILE_ALIVE
-            ),
-            None,
-        )
-        if not alive or fatal is not None:
-            self._fail(spec, exited=not alive)
+        # The health probe is a local HTTP request; checking the process and its new log
+        # lines costs SSH round trips, so it runs at most every host_check_interval_s (a
+        # crash is still reported within about that long).
+        now = time.monotonic()
+        if now - s.checked_mono >= self.host_check_interval_s:
+            s.checked_mono = now
+            self._check_host_side(spec, s)
         if self._prober.probe(spec.health_url).ok:
             s.ready = True
             return True
         if time.monotonic() - s.started_mono > spec.ready_timeout_s:
-            tail = manager.log_tail(spec.name)
+            tail = self.manager_for(spec).log_tail(spec.name)
             self._stop([spec.name], _noop)
             raise LaunchError(
                 f"not healthy after {spec.ready_timeout_s:g} s ({spec.health_url})",
@@ -160,6 +154,21 @@ class RemoteLauncher(Launcher):
                 log_tail=tail,
             )
         return False
+
+    def _check_host_side(self, spec: ServiceSpec, s: _Started) -> None:
+        """Raise LaunchError when the service exited or logged a fatal line."""
+        manager = self.manager_for(spec)
+        try:
+            text, s.log_offset = manager.log_since(spec.name, s.log_offset)
+            alive = manager.alive(spec.name)
+        except ShellError as exc:
+            raise self._host_error(spec, exc) from None
+        fatal = any(
+            (hit := classify_line(line)) and hit[1] in FATAL_WHILE_ALIVE
+            for line in text.splitlines()
+        )
+        if not alive or fatal:
+            self._fail(spec, exited=not alive)
 
     def _fail(self, spec: ServiceSpec, *, exited: bool) -> None:
         manager = self.manager_for(spec)

@@ -62,6 +62,7 @@ class ServiceManager(ABC):
         port_wait_s: float = 10.0,
         gpu_wait_s: float = 30.0,
     ) -> None:
+        self._run_dir_created = False
         self.shell = shell
         self.deployment = check_name(deployment, what="deployment", field="deployment")
         self._run_dir_spec = run_dir or DEFAULT_RUN_DIR.format(deployment=deployment)
@@ -119,7 +120,11 @@ class ServiceManager(ABC):
         return self._run_dir
 
     def _ensure_run_dir(self) -> str:
-        self._run_dir = hostops.resolve_dir(self.shell, self._run_dir_spec, create=True)
+        # One round trip per manager, not per start: each SSH command costs ~0.15 s.
+        if not self._run_dir_created:
+            self._run_dir = hostops.resolve_dir(self.shell, self._run_dir_spec, create=True)
+            self._run_dir_created = True
+        assert self._run_dir is not None
         return self._run_dir
 
     @staticmethod
