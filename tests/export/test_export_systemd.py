@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest_results import TrialSpec, make_study, record
+from systemd_verify import SYSTEMD_ANALYZE, verify
 
 from autotune.errors import ConfigError
 from autotune.export import export, export_systemd
@@ -25,7 +26,6 @@ from autotune.results import TrialResult, best_trial, load_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd = pytest.mark.skipif(
     SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed (Debian package: systemd)"
 )
@@ -55,17 +55,6 @@ NASTY_ARGS = [
     "tab\there",
     "--flag=v,w:x/y",
 ]
-
-
-def verify(path: Path) -> subprocess.CompletedProcess[str]:
-    assert SYSTEMD_ANALYZE is not None
-    return subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", "--recursive-errors=no", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "SYSTEMD_LOG_COLOR": "0"},
-    )
 
 
 def assert_clean(path: Path) -> None:

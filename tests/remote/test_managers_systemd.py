@@ -8,10 +8,8 @@ by the real ``systemd-analyze verify`` beside a unit file, like the systemd expo
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from managers_support import (
     sim_spec,
     wait_until,
 )
+from systemd_verify import SYSTEMD_ANALYZE, verify
 
 from autotune.errors import ConfigError
 from autotune.launch.classify import FailureClass, classify_line
@@ -46,7 +45,6 @@ from autotune.remote.managers import SystemdManager, create_manager
 sys.path.insert(0, str(FAKE_SYSTEMD))
 from _fakesd import split_words  # noqa: E402  (the stand-in's systemd.syntax parser)
 
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 UNIT = "sglang-decode.service"
 NASTY_ENV = {
     "SPACES": "x y  z",
@@ -111,17 +109,6 @@ def dropin_file(fake: FakeSystemd) -> Path:
 
 def settings(text: str, key: str) -> list[str]:
     return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{key}=")]
-
-
-def verify(path: Path) -> subprocess.CompletedProcess[str]:
-    assert SYSTEMD_ANALYZE is not None
-    return subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", "--recursive-errors=no", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "SYSTEMD_LOG_COLOR": "0"},
-    )
 
 
 # ------------------------------------------------------------------ the drop-in text

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import E2E_STUDY, FAST_CONFIG, REPO, autotune_cli, load
 from optuna.trial import TrialState
+from systemd_verify import SYSTEMD_ANALYZE, verify
 
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
@@ -136,15 +136,10 @@ def test_cli_run_resume_best_export_report(tmp_path: Path) -> None:
         "autotune-decode.service",
         "autotune-router.service",
     }
-    if shutil.which("systemd-analyze"):
+    if SYSTEMD_ANALYZE:
         for unit in units:
-            verify = subprocess.run(
-                ["systemd-analyze", "verify", "--recursive-errors=no", str(unit)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert verify.returncode == 0, verify.stderr
+            result = verify(unit)
+            assert result.returncode == 0, result.stderr
 
     as_json = autotune_cli(
         "best", "--study", "cli", "--storage", f"sqlite:///{db}", "--export", "json", cwd=tmp_path
