@@ -37,5 +37,10 @@ def make_launcher(
         shells=shells,
         deployment=deployment.name,
         unit_dirs={name: h.systemd_unit_dir for name, h in hosts.items()},
-        run_dirs={name: h.run_dir for name, h in hosts.items()},
+        # Pidfiles, logs and undo records: BASE/DEPLOYMENT on each host; this machine's
+        # services (the router) keep theirs in the study's run directory.
+        run_dirs={
+            None: str(run_dir / "services"),
+            **{name: f"{h.run_dir.rstrip('/')}/{deployment.name}" for name, h in hosts.items()},
+        },
     )

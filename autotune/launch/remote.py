@@ -79,7 +79,7 @@ class RemoteLauncher(Launcher):
                 kind,
                 shell=self._shells(spec.on),
                 deployment=self.deployment,
-                run_dir=_host_run_dir(self.run_dirs.get(spec.on), self.deployment),
+                run_dir=self.run_dirs.get(spec.on),
                 unit_dir=self.unit_dirs.get(spec.on, DEFAULT_UNIT_DIR),
             )
         return self._managers[key]
@@ -232,11 +232,6 @@ class RemoteLauncher(Launcher):
             self._prober.close()
             for manager in self._managers.values():
                 manager.shell.close()
-
-
-def _host_run_dir(base: str | None, deployment: str) -> str | None:
-    """``BASE/DEPLOYMENT`` on the host; None lets the manager use its default."""
-    return None if base is None else f"{base.rstrip('/')}/{deployment}"
 
 
 def local_shells(host: str | None) -> Shell:
