@@ -155,11 +155,7 @@ class Tuner:
                 "the tuner stopped during this trial; its config is retried",
             )
             self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-            if trial.params:
-                self.study.enqueue_trial(
-                    trial.params,
-                    user_attrs={"retry_of": trial.number, **self._baseline_attr(trial)},
-                )
+            self._retry_later(trial)
             self.progress.message(
                 f"trial #{trial.number} was interrupted earlier; retrying its config"
             )
@@ -260,8 +256,8 @@ class Tuner:
             )
         )
 
-    def _retry_later(self, trial: optuna.Trial) -> None:
-        """Enqueue the parameters of a trial that was not scored, for the next run."""
+    def _retry_later(self, trial: optuna.Trial | FrozenTrial) -> None:
+        """Enqueue the parameters of a trial that was not scored (interrupted, host down)."""
         if trial.params:
             frozen = self.study.trials[trial.number]
             self.study.enqueue_trial(
