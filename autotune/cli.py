@@ -53,6 +53,9 @@ def _friendly(func: F) -> F:
         except AutotuneError as exc:
             err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted", highlight=False)
+            raise typer.Exit(code=130) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -116,11 +119,25 @@ def run(
     finally:
         progress.close()
     if summary.interrupted:
+        if summary.left_running:
+            services = (
+                f"Left running: {', '.join(summary.left_running)} (the clean-up was cut short); "
+                f"stop them with `autotune restore --study {study}` (the next run also stops them "
+                "first)."
+            )
+        else:
+            stopped = ", ".join(summary.stopped) or "none were running"
+            services = (
+                f"Services stopped: {stopped}; nothing autotune started is left running. "
+                f"To undo flag and drop-in changes on the hosts: autotune restore --study {study}."
+            )
         err_console.print(
             f"interrupted after {summary.trials_run} trials this run "
-            f"({summary.trials_total} in the study). "
-            f"The study is consistent; services started by this run were stopped. "
-            f"Resume with the same command: autotune run --trials {trials} --study {study}"
+            f"({summary.trials_total} in the study). The study is consistent: a trial cut short "
+            f"is recorded as FAIL (interrupted) and its config is retried. {services} "
+            f"Resume with the same command: autotune run --trials {trials} --study {study}",
+            soft_wrap=True,
+            highlight=False,
         )
         raise typer.Exit(code=130)
     console.print(

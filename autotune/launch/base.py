@@ -17,6 +17,9 @@ changed. Rules, in order:
 On a failure :class:`~autotune.errors.LaunchError` is raised with the failure class; the
 failed service is stopped and everything else is recorded as it is, so the next apply works.
 On ``KeyboardInterrupt`` the services being started are stopped and the interrupt re-raised.
+A ``deadline`` (a ``time.monotonic()`` instant, the trial's) caps the whole apply whatever
+each service's own ``ready_timeout_s`` says: the services still starting are stopped and
+:class:`~autotune.errors.LaunchError` (``trial_timeout``) is raised.
 
 Subclasses (local processes, SSH hosts) implement the per-service primitives.
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from autotune.errors import ConfigError, LaunchError
+from autotune.launch.classify import FailureClass, classify_log
 from autotune.launch.order import DependencyError, dependency_order
 from autotune.specs import ServiceSpec
 
@@ -115,7 +119,11 @@ class Launcher(ABC):
 
     # ----------------------------------------------------------------- contract
     def apply(
-        self, specs: Mapping[str, ServiceSpec], *, on_event: EventCallback | None = None
+        self,
+        specs: Mapping[str, ServiceSpec],
+        *,
+        on_event: EventCallback | None = None,
+        deadline: float | None = None,
     ) -> ApplyResult:
         """Bring the running set to exactly ``specs`` (see the module docstring)."""
         emit = on_event or _noop
@@ -153,7 +161,7 @@ class Launcher(ABC):
         for name in kept:
             emit(name, "kept")
 
-        seconds = self._start_gated(specs, order, to_start, waiting, kept, emit)
+        seconds = self._start_gated(specs, order, to_start, waiting, kept, emit, deadline)
         restarted = [n for n in order if n in seconds]
         info = {n: self._info[n] for n in order if n in self._info}
         return ApplyResult(
@@ -174,6 +182,7 @@ class Launcher(ABC):
         waiting: set[str],
         kept: list[str],
         emit: EventCallback,
+        deadline: float | None,
     ) -> dict[str, float]:
         ready = set(kept)
         pending = [n for n in order if n in to_start or n in waiting]
@@ -201,6 +210,15 @@ class Launcher(ABC):
                             info = self._fetch_info(specs[name])
                             if info is not None:
                                 self._info[name] = info
+                if inflight and deadline is not None and time.monotonic() >= deadline:
+                    late = next(iter(inflight))
+                    self._stop(list(inflight), emit)
+                    raise LaunchError(
+                        "the trial's deadline (trial_timeout_s) passed while it was starting",
+                        service=late,
+                        failure=FailureClass.trial_timeout.value,
+                        log_tail=self.log_tails({late: specs[late]}),
+                    )
                 if inflight and not progressed:
                     time.sleep(self.poll_interval_s)
         except LaunchError as exc:
@@ -217,6 +235,35 @@ class Launcher(ABC):
     def log_tails(self, specs: Mapping[str, ServiceSpec], *, lines: int = 40) -> str:
         """The last log lines of each service since its start (for failure reports)."""
         return ""
+
+    def running(self) -> list[str]:
+        """Services this launcher started that are still alive (for the interrupt message)."""
+        return [name for name, state in self._current().items() if state.alive]
+
+    def check_alive(self, specs: Mapping[str, ServiceSpec]) -> LaunchError | None:
+        """The first service of ``specs`` that died since it became healthy, as the error
+        its log explains (``crashed`` when the log names no cause), or None.
+
+        A benchmark against a deployment that lost a worker half-way measures nothing
+        worth keeping, even when some requests succeeded.
+        """
+        current = self._current()
+        for name in _start_order(specs):
+            state = current.get(name)
+            if state is not None and not state.alive:
+                tail = self.log_tails({name: specs[name]})
+                found = classify_log(tail)
+                failure = (
+                    FailureClass.crashed if found.failure is FailureClass.unknown else found.failure
+                )
+                detail = f": {found.line}" if found.line else ""
+                return LaunchError(
+                    f"the service died while it was being measured{detail}",
+                    service=name,
+                    failure=failure.value,
+                    log_tail=tail,
+                )
+        return None
 
     def restore(
         self, specs: Mapping[str, ServiceSpec], *, on_event: EventCallback | None = None

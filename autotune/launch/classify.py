@@ -25,6 +25,10 @@ class FailureClass(str, Enum):
     exited = "exited"
     host_unreachable = "host_unreachable"
     """SSH to the service's host failed or timed out (not a property of the config)."""
+    crashed = "crashed"
+    """The service was healthy, then died while it was being measured (no known cause)."""
+    trial_timeout = "trial_timeout"
+    """The trial's deadline (``trial_timeout_s`` of the study) passed."""
     unknown = "unknown"
 
     def __str__(self) -> str:

@@ -4,15 +4,23 @@ One trial at a time per worker (ask/tell), so each phase can be timed, shown and
 A configuration is never launched when a forbidden rule applies, never launched twice (an
 identical earlier result is reused), and a launch that fails is completed as infeasible with
 its failure class so the sampler learns to avoid it.
+
+Faults (RELIABILITY.md): each trial has a deadline (``trial_timeout_s``) that caps restart,
+probe and load; a service that dies while measured makes the trial infeasible (``crashed``
+or the class its log shows) and every service is restarted for the next trial. A measured
+outcome is written to a local journal before storage, and storage writes are never cut by
+Ctrl-C/SIGTERM (deferred to just after the write): killed or failed at any point, the study
+holds either a COMPLETE trial or a RUNNING one that the next run completes from the journal
+(measured) or fails as ``interrupted`` and retries (not measured).
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +28,30 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.deployment import Deployment, load_deployment
-from autotune.errors import AutotuneError, BenchError, LaunchError
+from autotune.errors import AutotuneError, BenchError, LaunchError, StorageError
+from autotune.failpoints import failpoint
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
 from autotune.results import feasible
 from autotune.space import SearchSpace, load_space
+from autotune.specs import ServiceSpec
 from autotune.study.definition import StudyDefinition
 from autotune.study.effective import find_overrides
+from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
 from autotune.study.progress import NullProgress, ProgressSink, TrialReport
 from autotune.study.record import TrialOutcome, fail_trial, finish_trial
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import create_or_load_study, open_storage
+from autotune.study.storage import (
+    check_study_name,
+    create_or_load_study,
+    describe_storage_failure,
+    display_url,
+    open_storage,
+    storage_errors,
+)
 
 REFERENCE_ATTR = "reference_output"
 NOT_THE_CONFIG = frozenset({"host_unreachable"})
@@ -54,6 +72,10 @@ class RunSummary:
     trials_total: int
     interrupted: bool
     seconds: float
+    stopped: list[str] = field(default_factory=list)
+    """Services this run stopped on its way out."""
+    left_running: list[str] = field(default_factory=list)
+    """Services still running after it (a second Ctrl-C cut the clean-up short)."""
 
 
 def _on_wall_clock(limit_ms: float | None, speedup: float) -> float | None:
@@ -78,6 +100,32 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C/SIGTERM inside the block take effect right after it.
+
+    Wraps storage writes, so an interrupt never leaves a trial half-written; each write is
+    short, so the user still sees the run stop within a second.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if received:
+        raise KeyboardInterrupt
+
+
 class Tuner:
     """Runs a study defined by a :class:`StudyDefinition` against one deployment."""
 
@@ -94,7 +142,7 @@ class Tuner:
         run_dir: Path | None = None,
     ) -> None:
         self.definition = definition
-        self.study_name = study_name
+        self.study_name = check_study_name(study_name)
         self.storage_url = storage_url
         self.space: SearchSpace = load_space(definition.resolve(definition.space))
         self.deployment: Deployment = load_deployment(definition.resolve(definition.deployment))
@@ -117,6 +165,9 @@ class Tuner:
         )
         self.run_dir = run_dir or self.deployment.default_run_dir(study_name)
         self.launcher = launcher or make_launcher(self.deployment, run_dir=self.run_dir)
+        self.journal = Journal(
+            self.run_dir / "journal", storage_url=storage_url, study_name=study_name
+        )
         self._known: dict[str, int] = {}
 
     # ------------------------------------------------------------------ set-up
@@ -146,8 +197,32 @@ class Tuner:
         )
 
     def _recover_stale(self) -> None:
-        """Trials left RUNNING by a tuner that died are failed and their config retried."""
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        """Trials left RUNNING by a tuner that died or could not write are settled.
+
+        Measured ones (their outcome is in the journal) are recorded as they were measured;
+        the others are failed as ``interrupted`` and their config retried.
+        """
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        running_ids = {t._trial_id for t in running}
+        for trial_id in self.journal.trial_ids():
+            if trial_id not in running_ids:  # recorded already; the tuner died before cleaning
+                self.journal.discard(trial_id)
+        for trial in running:
+            saved = self.journal.load(trial._trial_id)
+            if saved is not None:
+                with _deferred_interrupts():
+                    finish_trial(
+                        self.study,
+                        optuna.Trial(self.study, trial._trial_id),
+                        saved,
+                        constraint_keys=self.objective.constraint_keys,
+                    )
+                self.journal.discard(trial._trial_id)
+                self.progress.message(
+                    f"trial #{trial.number} was measured but not stored (the tuner stopped "
+                    "or the storage failed while writing it); recorded now from the journal"
+                )
+                continue
             self.storage.set_trial_user_attr(trial._trial_id, "failure", "interrupted")
             self.storage.set_trial_user_attr(
                 trial._trial_id,
@@ -182,52 +257,83 @@ class Tuner:
     def run(self, *, n_trials: int) -> RunSummary:
         """Run until the study holds ``n_trials`` completed trials (resumes where it stopped)."""
         started = time.monotonic()
-        self._recover_stale()
-        self._enqueue_baseline()
-        self._index_known()
         ran = 0
         interrupted = False
+        failed = True
         try:
-            with _sigterm_as_interrupt():
+            with _sigterm_as_interrupt(), storage_errors(self.storage_url, "accessing the study"):
+                self._recover_stale()
+                self._enqueue_baseline()
+                self._index_known()
                 while (done := self.completed_count()) < n_trials:
                     self._one_trial(index=done + 1, total=n_trials)
                     ran += 1
+            failed = False
         except KeyboardInterrupt:
             interrupted = True
+            failed = False
         finally:
-            if not self.definition.keep_services_running or interrupted:
-                self.launcher.stop_all()
-            self.launcher.close()
+            stopped, left = self._wind_down(stop=failed or interrupted)
+        with storage_errors(self.storage_url, "accessing the study"):
+            total = self.completed_count()
         return RunSummary(
             study_name=self.study_name,
             storage_url=self.storage_url,
             trials_run=ran,
-            trials_total=self.completed_count(),
+            trials_total=total,
             interrupted=interrupted,
             seconds=time.monotonic() - started,
+            stopped=stopped,
+            left_running=left,
         )
+
+    def _wind_down(self, *, stop: bool) -> tuple[list[str], list[str]]:
+        """Stop the services (unless kept on purpose); (stopped, still running).
+
+        A second Ctrl-C during the stop leaves the rest running, recorded where ``autotune
+        restore`` and the next ``autotune run`` find and stop them.
+        """
+        running = self.launcher.running()
+        if self.definition.keep_services_running and not stop:
+            self.launcher.detach()
+            return [], running
+        try:
+            self.launcher.stop_all()
+            self.launcher.close()
+        except KeyboardInterrupt:
+            left = self.launcher.running()
+            self.launcher.detach()
+            return [n for n in running if n not in left], left
+        return running, []
 
     def _one_trial(self, *, index: int, total: int) -> None:
         t0 = time.monotonic()
-        trial = self.study.ask()
+        trial: optuna.Trial | None = None
         try:
+            with _deferred_interrupts():
+                trial = self.study.ask()
+            failpoint("trial.asked")
             config = self.space.suggest(trial)
             self.progress.trial_started(
                 number=trial.number, index=index, total=total, config=config
             )
             outcome = self._evaluate(trial, config)
         except HostFailure as exc:
+            assert trial is not None  # raised by _evaluate
             fail_trial(self.study, trial, failure="host_unreachable", reason=str(exc))
             self._retry_later(trial)
             raise
         except KeyboardInterrupt:
-            fail_trial(
-                self.study,
-                trial,
-                failure="interrupted",
-                reason="stopped by the user (Ctrl-C/SIGTERM)",
-            )
-            self._retry_later(trial)
+            if trial is None:  # interrupted before the trial existed
+                raise
+            with _deferred_interrupts():
+                fail_trial(
+                    self.study,
+                    trial,
+                    failure="interrupted",
+                    reason="stopped by the user (Ctrl-C/SIGTERM)",
+                )
+                self._retry_later(trial)
             self.progress.message(
                 f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
                 "its config will be retried by the next `autotune run`; services are being stopped"
@@ -238,7 +344,7 @@ class Tuner:
         measured = sum(v for k, v in phases.items() if k != "tuner")
         phases["tuner"] = max(0.0, elapsed - measured)
         phases["total"] = elapsed
-        finish_trial(self.study, trial, outcome, constraint_keys=self.objective.constraint_keys)
+        self._store(trial, outcome)
         key = self.space.config_key(config)
         if outcome.attrs.get("reused_from") is None:
             self._known.setdefault(key, trial.number)
@@ -256,13 +362,59 @@ class Tuner:
             )
         )
 
-    def _retry_later(self, trial: optuna.Trial | FrozenTrial) -> None:
-        """Enqueue the parameters of a trial that was not scored (interrupted, host down)."""
-        if trial.params:
-            frozen = self.study.trials[trial.number]
-            self.study.enqueue_trial(
-                trial.params, user_attrs={"retry_of": trial.number, **self._baseline_attr(frozen)}
+    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        """Journal first, then storage, with Ctrl-C/SIGTERM held until both are done.
+
+        A failed write keeps the measurement in the journal for the next run.
+        """
+        with _deferred_interrupts():
+            journaled = self._journal(trial, outcome)
+            failpoint("journal.saved")
+            try:
+                finish_trial(
+                    self.study, trial, outcome, constraint_keys=self.objective.constraint_keys
+                )
+            except Exception as exc:
+                kept = (
+                    f"its measurement is kept in {journaled} and the next `autotune run` "
+                    "records it before anything else"
+                    if journaled
+                    else "it stays RUNNING; the next `autotune run` fails it as interrupted "
+                    "and retries its config"
+                )
+                why = describe_storage_failure(exc, url=self.storage_url)
+                raise StorageError(
+                    f"could not record trial #{trial.number} in {display_url(self.storage_url)}: "
+                    f"{why}. Nothing was half-written: {kept}"
+                ) from exc
+            failpoint("trial.told")
+            if journaled is not None:
+                self.journal.discard(trial._trial_id)
+
+    def _journal(self, trial: optuna.Trial, outcome: TrialOutcome) -> Path | None:
+        """Save a measured outcome locally; None when nothing was measured or it failed."""
+        if not outcome.attrs.get("phase_seconds", {}).get("restart", 0.0):
+            return None  # forbidden or reused: free to recompute
+        try:
+            return self.journal.save(trial._trial_id, number=trial.number, outcome=outcome)
+        except OSError as exc:
+            self.progress.message(
+                f"could not journal trial #{trial.number} ({exc.strerror or exc}); "
+                "writing it to storage directly"
             )
+            return None
+
+    def _retry_later(self, trial: optuna.Trial | FrozenTrial) -> None:
+        """Enqueue the parameters of a trial that was not scored (interrupted, host down).
+
+        A trial stopped before it suggested anything still carries the parameters it was
+        enqueued with (the baseline, a retry): those are what is retried.
+        """
+        frozen = self.study.trials[trial.number]
+        params = frozen.params or frozen.system_attrs.get("fixed_params") or {}
+        if params:
+            attrs = {"retry_of": trial.number, **self._baseline_attr(frozen)}
+            self.study.enqueue_trial(params, user_attrs=attrs)
 
     def _best(self) -> tuple[float, int] | None:
         """(throughput, trial number) of the best feasible trial so far, for the display."""
@@ -318,13 +470,16 @@ class Tuner:
         if previous is not None:
             return self._reuse(previous, attrs)
 
+        deadline = time.monotonic() + self.definition.trial_timeout_s
+
+        def on_event(service: str, event: str) -> None:
+            self.progress.phase(f"restart: {service} {event}")
+            failpoint(f"restart.{event}")
+
         self.progress.phase("restart")
         t = time.monotonic()
         try:
-            applied = self.launcher.apply(
-                specs,
-                on_event=lambda service, event: self.progress.phase(f"restart: {service} {event}"),
-            )
+            applied = self.launcher.apply(specs, on_event=on_event, deadline=deadline)
         except LaunchError as exc:
             attrs["phase_seconds"]["restart"] = time.monotonic() - t
             if exc.failure in NOT_THE_CONFIG:
@@ -350,20 +505,32 @@ class Tuner:
         )
 
         endpoint = self.deployment.endpoint_url(specs)
-        wrong = self._check_output(endpoint, is_baseline=attrs["is_baseline"])
+        failpoint("probe")
+        wrong = self._check_output(endpoint, deadline=deadline)
         if wrong is not None:
-            return self._failed(attrs, failure="wrong_output", reason=wrong)
+            return self._after_fault(specs, attrs, failure="wrong_output", reason=wrong)
 
         spec = self._load_spec()
 
         def on_phase(name: str) -> None:
             self.progress.phase("warm-up" if name.startswith("warm") else name)
+            if name.startswith("warm"):
+                failpoint("warmup")
+
+        def on_progress(done: int, total: int) -> None:
+            if done == 1:
+                failpoint("measure")
 
         try:
-            result = run_load(endpoint, spec, on_phase=on_phase)
+            result = run_load(
+                endpoint, spec, on_phase=on_phase, on_progress=on_progress, deadline=deadline
+            )
         except BenchError as exc:
-            tail = self.launcher.log_tails(specs)
-            return self._failed(attrs, failure="bench_failed", reason=str(exc), log_tail=tail)
+            failure = "trial_timeout" if time.monotonic() >= deadline else "bench_failed"
+            return self._after_fault(specs, attrs, failure=failure, reason=str(exc))
+        died = self.launcher.check_alive(specs)
+        if died is not None:
+            return self._after_fault(specs, attrs, failure=died.failure, reason=str(died))
         attrs["phase_seconds"]["warmup"] = result.warmup_seconds
         attrs["phase_seconds"]["measure"] = result.measure_seconds
         # A simulated deployment may run faster than the hardware it models: figures are
@@ -371,6 +538,17 @@ class Tuner:
         metrics = rescale_time(result.metrics, self.deployment.sim_speedup).model_dump(mode="json")
         attrs["sim_speedup"] = self.deployment.sim_speedup
         attrs["metrics"] = metrics
+        if result.stop_reason:
+            attrs["stop_reason"] = result.stop_reason
+        if metrics["error_rate"] > self.definition.slo.max_error_rate:
+            errors = ", ".join(f"{n}x {text}" for text, n in metrics["errors"].items())
+            attrs["failure"] = "request_errors"
+            attrs["reason"] = (
+                f"{metrics['failed']} of {metrics['failed'] + metrics['completed']} requests "
+                f"failed (error rate {metrics['error_rate']:.1%} > max_error_rate "
+                f"{self.definition.slo.max_error_rate:.1%}): {errors}"
+            )[:2000]
+            self.launcher.stop_all()  # the next trial starts from fresh processes
         return TrialOutcome(
             values=self.objective.values(metrics),
             constraints=self.objective.constraints(metrics),
@@ -396,7 +574,21 @@ class Tuner:
             attrs=attrs,
         )
 
-    def _check_output(self, endpoint: str, *, is_baseline: bool) -> str | None:
+    def _after_fault(
+        self, specs: Mapping[str, ServiceSpec], attrs: dict[str, Any], *, failure: str, reason: str
+    ) -> TrialOutcome:
+        """A trial that failed after its services were healthy: infeasible with the reason;
+        every service is stopped so the next trial starts from fresh processes (a hung or
+        half-dead server must not be kept because its flags did not change)."""
+        died = self.launcher.check_alive(specs)
+        if died is not None and failure != died.failure:
+            reason = f"{reason}; {died}"
+            failure = died.failure
+        tail = died.log_tail if died is not None else self.launcher.log_tails(specs)
+        self.launcher.stop_all()
+        return self._failed(attrs, failure=failure, reason=reason, log_tail=tail)
+
+    def _check_output(self, endpoint: str, *, deadline: float) -> str | None:
         """None when the greedy probe's text matches the reference, else the reason."""
         settings = self.definition.correctness
         if not settings.enabled:
@@ -408,6 +600,7 @@ class Tuner:
                 prompt=settings.prompt,
                 max_tokens=settings.max_tokens,
                 model=self.deployment.model,
+                deadline=deadline,
             )
         except BenchError as exc:
             return f"correctness probe failed: {exc}"

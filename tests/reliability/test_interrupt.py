@@ -1,0 +1,68 @@
+"""Ctrl-C (SIGINT) and SIGTERM at every phase of a trial.
+
+The signal is sent by the process to itself at a fail point, so each phase is hit exactly.
+The run must stop within seconds, exit 130, say what it stopped and how to restore, leave no
+service running and no trial RUNNING, and resume with the same command.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from reliability_support import (
+    assert_consistent,
+    db_path,
+    kill_all,
+    processes_with_marker,
+    run_cli,
+)
+
+NOT_MEASURED = ("trial.asked", "restart.starting", "restart.ready", "probe", "warmup", "measure")
+MEASURED = ("journal.saved", "storage.mid")
+STOP_WITHIN_S = 5.0
+
+CASES = [(p, "sigint") for p in NOT_MEASURED + MEASURED] + [
+    (p, "sigterm") for p in ("restart.starting", "measure", "storage.mid")
+]
+
+
+@pytest.mark.parametrize(("point", "signal_name"), CASES)
+def test_interrupt_at_any_phase(tmp_path: Path, point: str, signal_name: str) -> None:
+    marker = uuid.uuid4().hex
+    env = {"AUTOTUNE_TEST_MARKER": marker}
+    try:
+        run = run_cli(tmp_path, "--trials", "2", failpoints=f"{point}={signal_name}", extra_env=env)
+        left = processes_with_marker(marker)
+    finally:
+        kill_all({str(pid): pid for pid in processes_with_marker(marker)})
+    assert run.returncode == 130, run.stderr
+    assert [name for name, _ in run.fired] == [point]
+    stop_seconds = run.ended_at - run.fired[0][1]
+    assert stop_seconds < STOP_WITHIN_S, f"took {stop_seconds:.1f} s to stop"
+    assert not left, f"services left running: {left}"
+    err = " ".join(run.stderr.split())
+    assert "interrupted after" in err
+    assert "nothing autotune started is left running" in err
+    assert "autotune restore --study rel" in err
+    assert "Resume with the same command" in err
+    assert "Traceback" not in run.stderr
+
+    db = db_path(tmp_path)
+    trials = assert_consistent(db)
+    first = trials[0]
+    if point in NOT_MEASURED:
+        assert first.state == TrialState.FAIL
+        assert first.user_attrs["failure"] == "interrupted"
+        assert "Ctrl-C/SIGTERM" in first.user_attrs["reason"]
+    else:  # the signal waited for the storage write: the measured trial is kept
+        assert first.state == TrialState.COMPLETE
+        assert first.user_attrs["metrics"]["completed"] > 0
+
+    resumed = run_cli(tmp_path, "--trials", "2", extra_env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    trials = assert_consistent(db)
+    assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 2
+    assert not processes_with_marker(marker)
