@@ -166,6 +166,7 @@ def start_cli(
     failpoints: str = "",
     storage: str | None = None,
     study_file: Path = E2E_STUDY,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """Like :func:`run_cli` but returns at once, to act on the running process."""
     log = tmp_path / "failpoints.log"
@@ -176,6 +177,7 @@ def start_cli(
         "COLUMNS": "200",
         "AUTOTUNE_FAILPOINTS": failpoints,
         "AUTOTUNE_FAILPOINTS_LOG": str(log),
+        **(extra_env or {}),
     }
     url = storage or f"sqlite:///{tmp_path / 'rel.db'}"
     cmd = [sys.executable, "-m", "autotune", "run", "--study", STUDY, "--storage", url]

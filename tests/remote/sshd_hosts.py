@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from autotune.remote.hosts import HostSpec
@@ -691,3 +692,48 @@ def write_sim_pd_files(
     study_file = tmp / "ssh.yaml"
     study_file.write_text(yaml.safe_dump(study, sort_keys=False))
     return study_file, prefill_ns.address, decode_ns.address
+
+
+def install_original_unit(lab: SSHLab, decode_addr: str) -> None:
+    """The decode unit as the team runs it before tuning: active, its own command."""
+    (lab.systemd_units / UNIT).write_text(
+        "[Unit]\nDescription=simulated SGLang decode\n\n[Service]\n"
+        f"ExecStart={sys.executable} -m autotune.sim.server --model-path /models/DeepSeek-V4-Flash "
+        f"--tp-size 4 --disaggregation-mode decode --host {decode_addr} --port 30001\n"
+        "Environment=AUTOTUNE_SIM_LOAD_SECONDS=0.1 MARKER=original\n"
+    )
+    env = {
+        "FAKE_SYSTEMD_UNIT_DIR": str(lab.systemd_units),
+        "FAKE_SYSTEMD_STATE_DIR": str(lab.systemd_state),
+    }
+    systemctl = str(Path(__file__).parent / "fake_systemd" / "systemctl")
+    ns = lab.namespaces["decode"].name
+    for args in (["daemon-reload"], ["start", UNIT]):
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "env",
+                *[f"{k}={v}" for k, v in env.items()],
+                systemctl,
+                *args,
+            ],
+            check=True,
+            timeout=30,
+        )
+    wait_health(f"http://{decode_addr}:30001", up=True)
+
+
+def wait_health(url: str, *, up: bool, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ok = httpx.get(url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok == up:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{url} {'never healthy' if up else 'still answering'}")

@@ -6,63 +6,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import optuna
 import pytest
 from e2e_helpers import E2E_STUDY, autotune_cli
 from optuna.trial import TrialState
-from sshd_hosts import UNIT, SSHLab, write_sim_pd_files
+from sshd_hosts import (
+    UNIT,
+    SSHLab,
+    install_original_unit,
+    wait_health,
+    write_sim_pd_files,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def _install_original_unit(lab: SSHLab, decode_addr: str) -> None:
-    """The decode unit as the team runs it before tuning: active, its own command."""
-    (lab.systemd_units / UNIT).write_text(
-        "[Unit]\nDescription=simulated SGLang decode\n\n[Service]\n"
-        f"ExecStart={sys.executable} -m autotune.sim.server --model-path /models/DeepSeek-V4-Flash "
-        f"--tp-size 4 --disaggregation-mode decode --host {decode_addr} --port 30001\n"
-        "Environment=AUTOTUNE_SIM_LOAD_SECONDS=0.1 MARKER=original\n"
-    )
-    env = {
-        "FAKE_SYSTEMD_UNIT_DIR": str(lab.systemd_units),
-        "FAKE_SYSTEMD_STATE_DIR": str(lab.systemd_state),
-    }
-    systemctl = str(Path(__file__).parent / "fake_systemd" / "systemctl")
-    ns = lab.namespaces["decode"].name
-    for args in (["daemon-reload"], ["start", UNIT]):
-        subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "env",
-                *[f"{k}={v}" for k, v in env.items()],
-                systemctl,
-                *args,
-            ],
-            check=True,
-            timeout=30,
-        )
-    _wait_health(f"http://{decode_addr}:30001", up=True)
-
-
-def _wait_health(url: str, *, up: bool, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ok = httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok == up:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{url} {'never healthy' if up else 'still answering'}")
 
 
 def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) -> None:
@@ -70,7 +29,7 @@ def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
     study_file, prefill_addr, decode_addr = write_sim_pd_files(
         lab, tmp_path, study_template=E2E_STUDY
     )
-    _install_original_unit(lab, decode_addr)
+    install_original_unit(lab, decode_addr)
     db = tmp_path / "ssh.db"
     common = ["--study", "ssh", "--storage", f"sqlite:///{db}", "--study-file", str(study_file)]
     started = time.monotonic()
@@ -112,17 +71,17 @@ def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
     assert "installed" in out.stdout
     dropin = lab.systemd_units / f"{UNIT}.d" / "50-autotune.conf"
     assert dropin.exists() and "ExecStart=" in dropin.read_text()
-    _wait_health(f"http://{decode_addr}:30001", up=True)
-    _wait_health(f"http://{prefill_addr}:30000", up=True)
+    wait_health(f"http://{decode_addr}:30001", up=True)
+    wait_health(f"http://{prefill_addr}:30000", up=True)
 
     # Leave both hosts as found.
     autotune_cli("restore", *common[:2], "--study-file", str(study_file), cwd=tmp_path)
     assert not (lab.systemd_units / f"{UNIT}.d" / "50-autotune.conf").exists()
-    _wait_health(f"http://{decode_addr}:30001", up=True)  # the original unit runs again
+    wait_health(f"http://{decode_addr}:30001", up=True)  # the original unit runs again
     running = json.loads((lab.systemd_state / "run" / f"{UNIT}.json").read_text())
     assert "--moe-runner-backend" not in running["argv"]  # its own command, no tuned flags
     assert running["argv"][-4:] == ["--host", decode_addr, "--port", "30001"]
-    _wait_health(f"http://{prefill_addr}:30000", up=False)  # the tuner-started process is gone
+    wait_health(f"http://{prefill_addr}:30000", up=False)  # the tuner-started process is gone
     leftover = subprocess.run(
         ["pgrep", "-f", f"autotune.sim.server.*--host {prefill_addr}"],
         capture_output=True,
