@@ -35,6 +35,7 @@ from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
 from autotune.results import feasible
+from autotune.secrets import redact
 from autotune.space import SearchSpace, load_space
 from autotune.specs import ServiceSpec
 from autotune.study.definition import StudyDefinition
@@ -298,6 +299,7 @@ class Tuner:
             self.launcher.detach()
             return [], running
         try:
+            failpoint("winddown")
             self.launcher.stop_all()
             self.launcher.close()
         except KeyboardInterrupt:
@@ -367,6 +369,7 @@ class Tuner:
 
         A failed write keeps the measurement in the journal for the next run.
         """
+        outcome.attrs = redact(outcome.attrs)  # the journal holds no secret either
         with _deferred_interrupts():
             journaled = self._journal(trial, outcome)
             failpoint("journal.saved")

@@ -7,10 +7,13 @@ service running and no trial RUNNING, and resume with the same command.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from e2e_helpers import E2E_STUDY
 from optuna.trial import TrialState
 from reliability_support import (
     assert_consistent,
@@ -66,3 +69,36 @@ def test_interrupt_at_any_phase(tmp_path: Path, point: str, signal_name: str) ->
     trials = assert_consistent(db)
     assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 2
     assert not processes_with_marker(marker)
+
+
+def test_second_ctrl_c_leaves_services_running_and_says_how_to_stop_them(
+    tmp_path: Path,
+) -> None:
+    marker = uuid.uuid4().hex
+    env = {"AUTOTUNE_TEST_MARKER": marker}
+    try:
+        run = run_cli(
+            tmp_path, "--trials", "2", failpoints="measure=sigint,winddown=sigint", extra_env=env
+        )
+        left = processes_with_marker(marker)
+        assert run.returncode == 130, run.stderr
+        assert [name for name, _ in run.fired] == ["measure", "winddown"]
+        err = " ".join(run.stderr.split())
+        assert "Left running: prefill, decode, router" in err
+        assert "autotune restore --study rel" in err
+        assert left, "the second Ctrl-C should have left the services running"
+        assert_consistent(db_path(tmp_path))
+
+        restore = run_cli_restore(tmp_path)
+        assert restore.returncode == 0, restore.stderr
+        assert not processes_with_marker(marker)
+    finally:
+        kill_all({str(pid): pid for pid in processes_with_marker(marker)})
+
+
+def run_cli_restore(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "restore", "--study", "rel",
+         "--study-file", str(E2E_STUDY)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
