@@ -2,7 +2,7 @@
 
 The dashboard can edit and delete studies, so it listens on 127.0.0.1 by default; reach it
 from elsewhere through an SSH tunnel (``ssh -L 8080:127.0.0.1:8080 host``) rather than by
-binding a public address.
+binding a public address. ``--host 0.0.0.0`` (or any address) is honoured when given.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.errors import ConfigError, StorageError
+from autotune.secrets import scrub_text
+from autotune.study.storage import display_url
 
 
 def serve_dashboard(
@@ -32,7 +34,10 @@ def serve_dashboard(
     try:
         storage = optuna.storages.get_storage(storage_url)
     except Exception as exc:  # sqlalchemy / driver errors have no common base class
-        raise StorageError(f"cannot open storage {storage_url!r}: {exc}") from exc
+        # The URL may carry a database password; so may the driver's message.
+        raise StorageError(
+            f"cannot open storage {display_url(storage_url)!r}: {scrub_text(str(exc))}"
+        ) from None
     store = None
     if artifact_dir is not None:
         from optuna.artifacts import FileSystemArtifactStore

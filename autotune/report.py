@@ -3,6 +3,9 @@
 Everything is read through :mod:`autotune.results` (the stored trial schema). Every value that
 comes from the study (configuration, commands, failure reasons) is HTML-escaped; plotly
 escapes ``<`` and ``/`` inside its JSON, so a planted ``</script>`` cannot end a script block.
+Every trial is redacted again on the way in (:func:`autotune.export.redact_trial`): a study
+written before redaction existed, or by other tooling, cannot put a credential in a report
+that is meant to be shared.
 Sections degrade to a sentence when there is nothing to show (no trials, no feasible trial,
 too few trials for importances).
 """
@@ -21,14 +24,16 @@ import plotly.graph_objects as go
 from optuna.trial import TrialState
 from plotly.offline import get_plotlyjs
 
-from autotune.export.formats import command_line
+from autotune.export import redact_trial
 from autotune.results import (
+    ServiceRecord,
     TrialResult,
     baseline_trial,
     best_trial,
     gain_over_baseline,
     load_results,
 )
+from autotune.secrets import redacted_command
 
 PHASES: tuple[str, ...] = ("restart", "warmup", "measure", "tuner")
 PHASE_LABELS = {"restart": "restart", "warmup": "warm-up", "measure": "measure", "tuner": "tuner"}
@@ -51,9 +56,10 @@ pre.cfg{white-space:pre;word-break:normal}
 
 def write_report(study: optuna.Study, *, path: Path) -> Path:
     """Render ``study`` into one HTML file at ``path`` (parent directories created)."""
-    results = load_results(study)
-    best = best_trial(study)
-    baseline = baseline_trial(study)
+    results = [redact_trial(r) for r in load_results(study)]
+    best, baseline = best_trial(study), baseline_trial(study)
+    best = redact_trial(best) if best is not None else None
+    baseline = redact_trial(baseline) if baseline is not None else None
     sections = [
         _summary(study, results, best, baseline),
         _pareto(results, best, baseline),
@@ -365,7 +371,7 @@ def _top_table(results: list[TrialResult], baseline: TrialResult | None) -> str:
     rows = []
     for rank, r in enumerate(ranked, 1):
         config = "\n".join(f"{k} = {v}" for k, v in sorted(r.config.items()))
-        commands = "\n\n".join(f"# {name}\n{command_line(rec)}" for name, rec in r.services.items())
+        commands = "\n\n".join(f"# {name}\n{_command(rec)}" for name, rec in r.services.items())
         rows.append(
             [
                 str(rank),
@@ -386,6 +392,9 @@ def _top_table(results: list[TrialResult], baseline: TrialResult | None) -> str:
 
 
 # --- helpers ------------------------------------------------------------------------------
+def _command(rec: ServiceRecord) -> str:
+    """The stored (redacted) command, else one rebuilt from the record."""
+    return rec.command or redacted_command(rec.argv, rec.env, rec.unset_env)
 
 
 def _front(points: Iterable[TrialResult]) -> list[TrialResult]:

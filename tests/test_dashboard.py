@@ -155,3 +155,61 @@ def test_port_in_use_is_a_config_error(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         with pytest.raises(ConfigError, match=f"127.0.0.1:{port}"):
             serve_dashboard(f"sqlite:///{tmp_path / 'study.db'}", port=port)
+
+
+def _cli_dashboard(db: Path, port: int, *host: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", "dashboard", "--study", "cli-dash",
+         "--storage", f"sqlite:///{db}", "--port", str(port), *host],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int) -> list[str]:
+    deadline = time.monotonic() + 30
+    while not listeners(port):
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"autotune dashboard exited early ({proc.returncode}): {out[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail("autotune dashboard did not listen within 30 s")
+        time.sleep(0.1)
+    return listeners(port)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_cli_dashboard_binds_loopback_unless_told(tmp_path: Path) -> None:
+    """``autotune dashboard`` for real: 127.0.0.1 by default; ``--host`` is honoured (shown
+    with 127.0.0.2, a second loopback address, to stay off the network)."""
+    make_study(tmp_path, [TrialSpec()], name="cli-dash")
+    db = tmp_path / "study.db"
+    port = free_port()
+    proc = _cli_dashboard(db, port)
+    try:
+        assert set(_wait_listening(proc, port)) == {"0100007F"}
+    finally:
+        _stop(proc)
+    port = free_port()
+    proc = _cli_dashboard(db, port, "--host", "127.0.0.2")
+    try:
+        assert set(_wait_listening(proc, port)) == {"0200007F"}  # control: the flag is used
+        assert httpx.get(f"http://127.0.0.2:{port}/api/meta", timeout=10).status_code == 200
+    finally:
+        _stop(proc)
+
+
+def test_storage_password_is_not_in_the_error() -> None:
+    url = "postgresql://tuner:pw-CANARY42@127.0.0.1:1/optuna"
+    with pytest.raises(StorageError) as info:
+        serve_dashboard(url, port=free_port())
+    assert "pw-CANARY42" not in str(info.value)
+    assert "127.0.0.1:1/optuna" in str(info.value)  # control: the URL is in the message

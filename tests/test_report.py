@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest_results import TrialSpec, make_study, record, typical_specs
+from conftest_results import TrialSpec, frozen_trial, make_study, record, typical_specs
 
 from autotune.report import write_report
 
@@ -189,6 +189,24 @@ def test_values_are_escaped(tmp_path: Path) -> None:
     assert page.tags.get("i", 0) == 0
     assert f"evil = {PLANTED}" in page.sections["top"]  # shown literally, as text
     assert "EVIL=" in page.sections["top"] and "alert" in page.sections["top"]
+
+
+def test_secrets_of_a_study_written_before_redaction_are_not_reported(tmp_path: Path) -> None:
+    """A study holding real credentials (older autotune, other tooling): the report, meant to
+    be shared, redacts them on the way in."""
+    token, key = "hf_CANARYreport77", "sk-CANARYreport88"
+    rec = record(["/usr/bin/true", "--api-key", key, "--port", "1"], {"HF_TOKEN": token}, [])
+    study = make_study(tmp_path, [TrialSpec(services={"worker": rec}, throughput=900.0)])
+    failed = frozen_trial(TrialSpec(failure="exited", services={"worker": rec}), multi=False)
+    failed.user_attrs["reason"] = f"worker: rejected --api-key={key}"
+    study.add_trial(failed)
+    stored = str([t.user_attrs for t in study.trials])
+    assert token in stored and key in stored  # control: the study really holds them
+    raw = write_report(study, path=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "CANARY" not in raw
+    page = parse(tmp_path / "r.html")
+    assert "'HF_TOKEN=<redacted>' /usr/bin/true --api-key '<redacted>'" in page.sections["top"]
+    assert "--api-key=<redacted>" in page.sections["failures"]
 
 
 def test_importances_with_enough_trials(tmp_path: Path) -> None:

@@ -3,10 +3,13 @@
 Each service runs in its own process group (``start_new_session``) so a stop reaches the
 worker processes SGLang forks (schedulers, detokenizer) that hold GPU memory: SIGTERM to
 the group, SIGKILL after a grace period, then wait until no member is left. Output goes to
-the service's log file (appended, one header line per start). Process ids are recorded in
-``RUN_DIR/state.json`` so a later launcher on the same run directory can stop leftovers of
-a crashed or killed session (``stop_all`` on a fresh launcher, or automatically before its
-first start).
+the service's log file (appended, one header line per start; owner-only, 0600, because
+servers print their arguments, credentials included). The header and ``state.json`` show
+the command with its secrets redacted (:func:`autotune.secrets.redacted_command`); the
+environment reaches the process directly, never through a command line. Process ids are
+recorded in ``RUN_DIR/state.json`` so a later launcher on the same run directory can stop
+leftovers of a crashed or killed session (``stop_all`` on a fresh launcher, or
+automatically before its first start).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from autotune.launch.classify import (
 )
 from autotune.launch.health import HealthProber
 from autotune.launch.ports import wait_port_free
+from autotune.secrets import redacted_command
 from autotune.specs import ServiceSpec
 
 STATE_FILE = "state.json"
@@ -148,9 +152,11 @@ class LocalLauncher(Launcher):
         for key in spec.unset_env:
             env.pop(key, None)
         env.update(spec.env)
-        command = spec.command_line()
+        command = redacted_command(spec.argv, spec.env, spec.unset_env)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with open(log_path, "ab") as log:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "ab") as log:
             header = f"\n=== autotune: start {spec.name} at {started_at}: {command}\n"
             log.write(header.encode())
             log.flush()

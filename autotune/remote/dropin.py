@@ -14,9 +14,10 @@ Besides the trial's command and environment the drop-in sets:
 * ``StartLimitIntervalSec=0`` (``[Unit]``): tuning restarts a unit far more often than
   systemd's default start rate limit (5 starts in 10 s) expects of a service.
 
-Mode: ``0644`` like any unit file, ``0600`` when a variable name looks secret (contains
-TOKEN, SECRET, PASSWORD or KEY, case-insensitive: ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``,
-``API_KEY``), because ``/etc/systemd/system`` is world-readable.
+Mode: ``0644`` like any unit file, ``0600`` when it holds a secret: a variable whose name
+looks secret or a secret flag's value on the command line (:func:`autotune.secrets.looks_secret`:
+``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``--api-key``), because ``/etc/systemd/system`` is
+world-readable.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from autotune.errors import ConfigError
 from autotune.export.systemd import DROPIN_NAME, environment_line, exec_line
+from autotune.secrets import looks_secret, redact_argv
 from autotune.specs import ServiceSpec
 
 __all__ = [
     "DROPIN_NAME",
-    "SECRET_MARKERS",
     "dropin_mode",
     "dropin_path",
     "looks_secret",
@@ -40,24 +41,17 @@ __all__ = [
     "render_dropin",
 ]
 
-SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "SECRET", "PASSWORD", "KEY")
-"""A variable whose name contains one of these (any case) is treated as a secret."""
-
 _UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 _OTHER_TYPES = frozenset(
     {"socket", "target", "timer", "mount", "automount", "path", "slice", "scope", "device", "swap"}
 )
 
 
-def looks_secret(name: str) -> bool:
-    """True when an environment variable name suggests a credential."""
-    upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
-
-
-def dropin_mode(env: Mapping[str, str]) -> int:
-    """``0o600`` when any variable looks secret, else ``0o644``."""
-    return 0o600 if any(looks_secret(name) for name in env) else 0o644
+def dropin_mode(env: Mapping[str, str], argv: Sequence[str] = ()) -> int:
+    """``0o600`` when any variable looks secret or ``argv`` carries a secret flag's value,
+    else ``0o644``."""
+    secret_arg = redact_argv(argv) != list(argv)
+    return 0o600 if secret_arg or any(looks_secret(name) for name in env) else 0o644
 
 
 def normalize_unit(unit: str | None, *, service: str) -> str:
@@ -102,8 +96,7 @@ def render_dropin(spec: ServiceSpec, *, executable: str, deployment: str, unit: 
         raise ConfigError(f"service '{name}' has an empty argv", field=f"services.{name}.argv")
     if not os.path.isabs(executable):
         raise ConfigError(
-            f"service '{name}': ExecStart= needs an absolute executable path, got "
-            f"'{executable}'",
+            f"service '{name}': ExecStart= needs an absolute executable path, got '{executable}'",
             field=f"services.{name}.argv[0]",
         )
     both = sorted(set(spec.env) & set(spec.unset_env))

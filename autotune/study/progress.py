@@ -1,4 +1,9 @@
-"""What the user sees while a study runs: trial n/N, phase, this trial's result, best so far."""
+"""What the user sees while a study runs: trial n/N, phase, this trial's result, best so far.
+
+Everything shown passes through :func:`autotune.secrets.scrub_text` (failure reasons and
+messages can quote a command line, a server's log or a storage URL with its password): a
+terminal, a CI log or a pipe keeps no credential.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from autotune.secrets import scrub_text
 
 
 class ProgressSink(Protocol):
@@ -64,7 +71,8 @@ class TrialReport:
 
     def outcome(self) -> str:
         if self.failure:
-            short = (self.reason or "").splitlines()[0][:90] if self.reason else ""
+            reason = scrub_text(self.reason) if self.reason else ""
+            short = reason.splitlines()[0][:90] if reason.strip() else ""
             text = f"infeasible [{self.failure}] {short}".rstrip()
         else:
             text = f"{self.throughput:,.1f} tok/s" if self.throughput is not None else "-"
@@ -97,7 +105,7 @@ class PlainProgress:
         self._print(f"{self._prefix}: {report.outcome()} | best {report.best_text()}")
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print(scrub_text(text))
 
     def close(self) -> None:
         pass
@@ -158,7 +166,7 @@ class RichProgress:
         self._refresh()
 
     def message(self, text: str) -> None:
-        self._console.print(text, highlight=False)
+        self._console.print(scrub_text(text), highlight=False)
 
     def close(self) -> None:
         self._live.stop()

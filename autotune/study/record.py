@@ -3,17 +3,26 @@
 Every finished trial carries the same constraint keys and the same user attributes (the
 stored trial schema in docs/ARCHITECTURE.md), whether it was measured, refused before launch,
 crashed, or reused from an identical earlier configuration.
+
+This is also the study's secrets choke point: every attribute passes through
+:func:`autotune.secrets.redact` before it reaches the storage, so a credential a deployment
+hands its services (``HF_TOKEN`` in ``env``, ``--api-key X``) is stored as ``<redacted>``
+and scrubbed from commands, log tails, reasons and the servers' reported arguments.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+
+from autotune.failpoints import failpoint
+from autotune.secrets import redact
 
 LOG_TAIL_CHARS = 4000
 
@@ -51,11 +60,19 @@ def _jsonable(value: Any) -> Any:
 def finish_trial(
     study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome, *, constraint_keys: list[str]
 ) -> None:
-    """Set attributes and constraints, then tell the values: COMPLETE in all cases."""
+    """Set attributes (secrets redacted) and constraints, then tell the values: COMPLETE in
+    all cases.
+
+    ``outcome.attrs`` is replaced by the redacted copy, so whatever the loop shows after
+    this (the progress line's reason) is what was stored.
+    """
+    # Redact before truncating: a tail cut first could start inside a secret and hide it.
+    outcome.attrs = redact(outcome.attrs)
     for key, value in outcome.attrs.items():
         if key == "log_tail" and isinstance(value, str):
             value = value[-LOG_TAIL_CHARS:]
         trial.set_user_attr(key, _jsonable(value))
+    failpoint("storage.mid")
     ordered = [float(outcome.constraints.get(key, 0.0)) for key in constraint_keys]
     for key, value in zip(constraint_keys, ordered, strict=True):
         trial.set_constraint(key, value)
@@ -64,8 +81,19 @@ def finish_trial(
     study.tell(trial, outcome.values, state=TrialState.COMPLETE)
 
 
-def fail_trial(study: optuna.Study, trial: optuna.Trial, *, failure: str, reason: str) -> None:
-    """Mark a trial FAIL (interrupted, not a property of its configuration)."""
+def fail_trial(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    *,
+    failure: str,
+    reason: str,
+    secrets: Iterable[str] = (),
+) -> None:
+    """Mark a trial FAIL (interrupted, not a property of its configuration).
+
+    ``reason`` is redacted; ``secrets`` are values known to be secret that the text alone
+    may not reveal (e.g. the values of the trial's rendered services).
+    """
     trial.set_user_attr("failure", failure)
-    trial.set_user_attr("reason", reason)
+    trial.set_user_attr("reason", redact(reason, extra=secrets))
     study.tell(trial, state=TrialState.FAIL)

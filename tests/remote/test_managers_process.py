@@ -315,8 +315,103 @@ def test_unset_and_secret_environment(run_dir: Path) -> None:
     assert "env DROP_ME=<unset>" in log and "env KEEP_ME=inherited" in log
     assert "env HF_TOKEN=hunter2" in log  # the service gets the real value
     header = log.splitlines()[0]
-    assert "HF_TOKEN=***" in header and "hunter2" not in header  # the header masks it
+    assert "'HF_TOKEN=<redacted>'" in header and "hunter2" not in header  # the header masks it
     mgr.stop("prefill", grace_s=2)
+
+
+# ------------------------------------------------------------------ secrets on the host
+CANARY_ENV = "hf_CANARYenv7Qz9"
+CANARY_ARG = "sk-CANARYarg4Wm2"
+ODD_VALUE = "a b 'q' \"dq\" $HOME `x` ;\nline2"
+KEYED = (
+    "import runpy, sys; sys.argv = sys.argv[3:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def _cmdlines(pgid: int) -> dict[int, bytes]:
+    """``/proc/PID/cmdline`` of every process of group ``pgid`` (the leader included)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if stat[stat.rfind(")") + 2 :].split()[2] == str(pgid):
+                out[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def _assert_secrets_stay_in_the_environment(mgr: ProcessManager, run_dir: Path) -> None:
+    """Start a service with a secret variable and a secret flag; check every trace of it."""
+    spec = service_spec(
+        "keyed",
+        "--print-env",
+        "HF_TOKEN",
+        "--print-env",
+        "ODD",
+        env={"HF_TOKEN": CANARY_ENV, "ODD": ODD_VALUE},
+    )
+    # python -c KEYED --api-key X service.py ...: the flag is on the service's own argv.
+    argv = (PY, "-c", KEYED, "--api-key", CANARY_ARG, *spec.argv[1:])
+    spec = spec.model_copy(update={"argv": argv})
+    mgr.start(spec)
+    log = wait_log(run_dir, "keyed", "listening=")
+    assert f"env HF_TOKEN={CANARY_ENV}" in log  # the service gets the real values
+    assert f"env ODD={ODD_VALUE}" in log
+    leader = int((run_dir / "keyed.pid").read_text())
+    service = kv(log, "pid")
+    lines = _cmdlines(leader)
+    assert {leader, service} <= set(lines)
+    for pid, cmdline in lines.items():
+        assert CANARY_ENV.encode() not in cmdline, (pid, cmdline)
+    # ... while the variable is in the service's environment, as a variable should be.
+    environ = Path(f"/proc/{service}/environ").read_bytes().split(b"\0")
+    assert f"HF_TOKEN={CANARY_ENV}".encode() in environ
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    assert CANARY_ENV not in ps
+    # Control: the flag's value is the server's own argv, so ps does show it: the check
+    # above would have seen a value on a command line.
+    assert CANARY_ARG in ps
+
+    modes = {p.name: p.stat().st_mode & 0o777 for p in run_dir.iterdir()}
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert modes["keyed.env"] == modes["keyed.json"] == modes["keyed.log"] == 0o600
+    assert CANARY_ENV in (run_dir / "keyed.env").read_text()  # control: it is in the file
+    for name in ("keyed.json", "keyed.pid"):
+        text = (run_dir / name).read_text()
+        assert CANARY_ENV not in text and CANARY_ARG not in text, name
+    header = log.splitlines()[0]
+    assert header.startswith("=== autotune: start keyed")
+    assert CANARY_ENV not in header and CANARY_ARG not in header and "<redacted>" in header
+    # The service keeps the host shell's umask; only autotune's own files get 077.
+    umask = int(Path(f"/proc/{service}/status").read_text().split("Umask:")[1].split()[0], 8)
+    assert umask == int(subprocess.run(["sh", "-c", "umask"], capture_output=True,
+                                       text=True).stdout, 8)  # fmt: skip
+    mgr.restore("keyed")
+    assert not (run_dir / "keyed.env").exists()
+
+
+def test_environment_reaches_the_service_from_an_owner_only_file(run_dir: Path) -> None:
+    _assert_secrets_stay_in_the_environment(manager(run_dir), run_dir)
+
+
+def test_an_existing_world_readable_run_dir_and_log_are_tightened(run_dir: Path) -> None:
+    run_dir.mkdir(mode=0o755)
+    (run_dir / "svc.log").write_text("old run\n")
+    (run_dir / "svc.log").chmod(0o644)
+    mgr = manager(run_dir)
+    mgr.start(service_spec("svc"))
+    wait_log(run_dir, "svc", "listening=")
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert (run_dir / "svc.log").stat().st_mode & 0o777 == 0o600
+    mgr.stop("svc", grace_s=2)
+
+
+def test_invalid_variable_name_is_a_config_error(run_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="not a valid environment variable name"):
+        manager(run_dir).start(service_spec("svc", env={"A; touch x": "1"}))
 
 
 def test_log_since_returns_complete_lines_since_the_last_start(run_dir: Path) -> None:
@@ -389,6 +484,13 @@ def test_bad_names_and_missing_programs_are_config_errors(run_dir: Path, tmp_pat
     with pytest.raises(ConfigError, match="working directory"):
         mgr.start(spec)
     assert not mgr.alive("svc")
+
+
+def test_over_ssh_secrets_stay_in_an_owner_only_file(host_pool: HostPool, run_dir: Path) -> None:
+    """The same checks through the real SSH shell: the environment file is uploaded (sftp,
+    mode set before the content) and the start command carries no value."""
+    mgr = ProcessManager(shell=host_pool.get("loopback"), deployment="dep", run_dir=str(run_dir))
+    _assert_secrets_stay_in_the_environment(mgr, run_dir)
 
 
 def test_over_ssh_the_service_outlives_the_connection(host_pool: HostPool, run_dir: Path) -> None:

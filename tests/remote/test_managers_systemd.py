@@ -166,6 +166,10 @@ def test_secret_names_units_and_modes() -> None:
     assert not any(looks_secret(n) for n in ("NCCL_PROTO", "CUDA_VISIBLE_DEVICES"))
     assert dropin_mode({"NCCL_PROTO": "LL"}) == 0o644
     assert dropin_mode({"NCCL_PROTO": "LL", "OPENAI_API_KEY": "x"}) == 0o600
+    # A secret flag's value on the command line makes the drop-in a secret too.
+    assert dropin_mode({}, ["srv", "--api-key", "sk-x"]) == 0o600
+    assert dropin_mode({}, ["srv", "--admin-api-key=sk-x"]) == 0o600
+    assert dropin_mode({}, ["srv", "--tokenizer-path", "/m", "--max-total-tokens", "9"]) == 0o644
     assert normalize_unit("sglang-decode", service="d") == "sglang-decode.service"
     assert normalize_unit("sglang@1.service", service="d") == "sglang@1.service"
     for bad in (None, "", "a b", "x.socket", "-x"):
@@ -294,6 +298,13 @@ def test_environment_reaches_the_service_as_systemd_would_pass_it(
         assert f"ARG<{arg}>" in log
     assert stat.S_IMODE(dropin_file(fake).stat().st_mode) == 0o600  # HF_TOKEN
     assert not Path("/tmp/autotune-canary-never").exists()
+    # The state file keeps what restore needs, not the credential; owner-only directory.
+    run = tmp_path / "run"
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    assert stat.S_IMODE((run / "state.json").stat().st_mode) == 0o600
+    state = (run / "state.json").read_text()
+    assert "HF_TOKEN=<redacted>" in state and "hunter2" not in state
+    assert "hunter2" in dropin_file(fake).read_text()  # control: systemd needs the value
     mgr.stop(spec, grace_s=2)
     assert not mgr.alive("decode")
 

@@ -4,8 +4,8 @@ A manager acts on its host only through a :class:`~autotune.remote.shell.Shell` 
 this machine), so the same code drives local systemd, remote systemd and plain remote
 processes. It starts and stops services and reads their logs; readiness (the health URL)
 is the launcher's job. Everything it needs to undo its work is kept **on the host** under
-``run_dir`` (default ``~/.autotune/run/<deployment>``), so ``autotune restore`` works from a
-fresh process after a crash of the tuner.
+``run_dir`` (default ``~/.autotune/run/<deployment>``, mode 0700), so ``autotune restore``
+works from a fresh process after a crash of the tuner.
 
 Logs: :meth:`ServiceManager.log_since` returns the log since the service's last start from
 an opaque offset (0 = from the start); the launcher scans the new lines for fatal errors
@@ -26,6 +26,9 @@ from autotune.remote.shell import Shell
 from autotune.specs import ServiceSpec
 
 DEFAULT_RUN_DIR = "~/.autotune/run/{deployment}"
+RUN_DIR_MODE = 0o700
+"""The run directory holds environment files, service logs and saved drop-ins, any of which
+may carry a credential: owner only."""
 CLASSIFY_LINES = 400
 """Log lines :meth:`ServiceManager.classify` looks at (the most specific match wins)."""
 
@@ -122,7 +125,9 @@ class ServiceManager(ABC):
     def _ensure_run_dir(self) -> str:
         # One round trip per manager, not per start: each SSH command costs ~0.15 s.
         if not self._run_dir_created:
-            self._run_dir = hostops.resolve_dir(self.shell, self._run_dir_spec, create=True)
+            self._run_dir = hostops.resolve_dir(
+                self.shell, self._run_dir_spec, create=True, mode=RUN_DIR_MODE
+            )
             self._run_dir_created = True
         assert self._run_dir is not None
         return self._run_dir

@@ -35,11 +35,14 @@ def host_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def resolve_dir(shell: Shell, path: str, *, create: bool) -> str:
+def resolve_dir(shell: Shell, path: str, *, create: bool, mode: int | None = None) -> str:
     """The absolute path of directory ``path`` on the host (relative: under ``$HOME``);
-    symlinks resolved when it exists, created first with ``create``."""
+    symlinks resolved when it exists, created first with ``create`` and then given ``mode``
+    (the directory itself, not its parents)."""
     word = host_path(path if path.startswith(("/", "~")) else f"~/{path}")
     make = f"mkdir -p {word} && " if create else ""
+    if create and mode is not None:
+        make += f"chmod {mode:o} {word} && "
     res = shell.run(f"{make}cd {word} 2>/dev/null && pwd -P || printf '%s\\n' {word}")
     out = res.stdout.strip()
     return out if out.startswith("/") else path

@@ -1,20 +1,29 @@
 """Services as detached processes on a host (no systemd): ``nohup setsid``, pidfile, log.
 
-Files, all in ``run_dir`` on the host:
+Files, all in ``run_dir`` on the host (mode 0700; the files are created under umask 077):
 
-* ``NAME.pid``: the pid of the service's session leader (a small ``sh`` that runs the
-  command and appends ``=== autotune: exited with code N`` to the log when it ends on its
-  own). The leader writes it itself, so it is right whether or not ``setsid`` had to fork.
-  Its pid is also the process group and session id of everything the service forks.
-* ``NAME.json``: what was started (command with the real environment, mode 0600), the
-  leader's start time in clock ticks (``/proc/PID/stat`` field 22, so a recycled pid is
-  never mistaken for the service), the log offset of the start, and after a stop the pids
-  the group had (their GPU memory is waited for before the next start).
-* ``NAME.log``: appended; one ``=== autotune: start ...`` header per start (values of
-  variables that look secret are masked there) and one ``=== autotune: stopped`` line.
+* ``NAME.env`` (0600): the service's environment, ``unset X`` / ``export A='...'`` lines
+  that the launch sources before running the command. Values never travel on a command
+  line, so ``ps`` and ``/proc/PID/cmdline`` on the host show none of them (a secret flag
+  such as ``--api-key X`` is the server's own argv and stays visible there: prefer a
+  variable for credentials).
+* ``NAME.pid``: the pid of the service's session leader (a small ``sh`` that sources the
+  environment file, runs the command and appends ``=== autotune: exited with code N`` to
+  the log when it ends on its own). The leader writes it itself, so it is right whether or
+  not ``setsid`` had to fork. Its pid is also the process group and session id of
+  everything the service forks.
+* ``NAME.json`` (0600): what was started (command, argv and environment with secrets
+  redacted), the leader's start time in clock ticks (``/proc/PID/stat`` field 22, so a
+  recycled pid is never mistaken for the service), the log offset of the start, and after
+  a stop the pids the group had (their GPU memory is waited for before the next start).
+* ``NAME.log`` (0600: servers print their arguments, credentials included): appended; one
+  ``=== autotune: start ...`` header per start (secrets redacted) and one
+  ``=== autotune: stopped`` line.
 
 The command line is built from ``shlex.quote`` d words only and reaches the service through
-``"$@"``: a value is never parsed by a shell, whatever it contains.
+``"$@"``: a value is never parsed by a shell, whatever it contains. The environment file is
+made of ``shlex.quote`` d values too, so sourcing it assigns them literally. The service
+itself runs with the umask the host's shell had, not autotune's 077.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,19 +39,23 @@ from typing import Any
 
 from autotune.errors import ConfigError, LaunchError
 from autotune.launch.classify import FailureClass
-from autotune.remote.dropin import looks_secret
 from autotune.remote.managers import hostops
 from autotune.remote.managers.base import ServiceManager, last_lines, lines_after
 from autotune.remote.shell import Shell
+from autotune.secrets import redact_argv, redact_env, redacted_command
 from autotune.specs import ServiceSpec
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _READ_LIMIT = 1 << 20
 _TAIL_BYTES = 256 * 1024
 
 _START = r"""
-run=$1; log=$2; pidf=$3; header=$4; workdir=$5; check=$6; shift 6
+run=$1; log=$2; pidf=$3; header=$4; workdir=$5; check=$6; envf=$7; shift 7
+mask=$(umask)
+umask 077
 mkdir -p "$run" || exit 1
 printf '%s\n' "$header" >> "$log" || exit 1
+chmod 600 "$log" 2>/dev/null
 off=$(wc -c < "$log")
 rm -f "$pidf"
 if [ -n "$workdir" ]; then
@@ -55,8 +69,10 @@ if [ -n "$check" ]; then
     *) command -v "$check" >/dev/null 2>&1 ;;
   esac || { echo "=== autotune: executable not found: $check" >> "$log"; echo noexe; exit 0; }
 fi
-leader='echo "$$" > "$1"; shift; "$@"; rc=$?; echo "=== autotune: exited with code $rc"; exit $rc'
-nohup setsid sh -c "$leader" autotune-service "$pidf" "$@" >> "$log" 2>&1 < /dev/null &
+leader='echo "$$" > "$1"; umask "$2"; . "$3" || exit 126; shift 3; "$@"; rc=$?
+echo "=== autotune: exited with code $rc"; exit $rc'
+nohup setsid sh -c "$leader" autotune-service "$pidf" "$mask" "$envf" "$@" \
+  >> "$log" 2>&1 < /dev/null &
 i=0
 while [ ! -s "$pidf" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 pid=$(cat "$pidf" 2>/dev/null)
@@ -144,6 +160,10 @@ class ProcessManager(ServiceManager):
     def metafile(self, name: str) -> str:
         return posixpath.join(self.run_dir, f"{name}.json")
 
+    def envfile(self, name: str) -> str:
+        """The service's environment on the host (0600), sourced at each start."""
+        return posixpath.join(self.run_dir, f"{name}.env")
+
     def logfile(self, name: str) -> str:
         """The service's log on the host (``spec.log_file`` is the tuner machine's path)."""
         return posixpath.join(self.run_dir, f"{name}.log")
@@ -164,16 +184,23 @@ class ProcessManager(ServiceManager):
         self._wait_resources(spec, old_pids=old_pids)
 
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        header = (
-            f"=== autotune: start {name} at {started_at} on {self.shell.name}: "
-            f"{_masked_command(spec)}"
-        )
-        command = _env_argv(spec)
+        shown = redacted_command(spec.argv, spec.env, spec.unset_env)
+        header = f"=== autotune: start {name} at {started_at} on {self.shell.name}: {shown}"
+        envf = self.envfile(name)
+        self.shell.put_text(envf, env_file_text(spec), mode=0o600)
         check = "" if "PATH" in spec.env else spec.argv[0]
         log = self.logfile(name)
         res = self.shell.run(
             hostops.script(
-                _START, run, log, self.pidfile(name), header, spec.workdir or "", check, *command
+                _START,
+                run,
+                log,
+                self.pidfile(name),
+                header,
+                spec.workdir or "",
+                check,
+                envf,
+                *spec.argv,
             )
         )
         lines = res.stdout.splitlines()
@@ -188,9 +215,9 @@ class ProcessManager(ServiceManager):
             "pgid": pid,
             "start_ticks": proc.start_ticks if proc is not None else None,
             "fingerprint": spec.fingerprint(),
-            "command": spec.command_line(),
-            "argv": list(spec.argv),
-            "env": dict(spec.env),
+            "command": shown,
+            "argv": redact_argv(spec.argv),
+            "env": redact_env(spec.env),
             "unset_env": list(spec.unset_env),
             "host": spec.host,
             "port": spec.port,
@@ -258,9 +285,8 @@ class ProcessManager(ServiceManager):
         """Stop the service and remove its pidfile and record; the log is kept."""
         name = self._name_of(name)
         self.stop(name)
-        self.shell.run(
-            f"rm -f {shlex.quote(self.pidfile(name))} {shlex.quote(self.metafile(name))}"
-        )
+        files = (self.pidfile(name), self.metafile(name), self.envfile(name))
+        self.shell.run("rm -f " + " ".join(shlex.quote(f) for f in files))
         self._meta.pop(name, None)
 
     def inventory(self) -> dict[str, Any]:
@@ -339,15 +365,21 @@ class ProcessManager(ServiceManager):
         )
 
 
-def _env_argv(spec: ServiceSpec) -> list[str]:
-    """``env -u X A=1 argv...``: the words of the command, unquoted (quoted by the caller)."""
-    words = ["env"]
+def env_file_text(spec: ServiceSpec) -> str:
+    """The ``NAME.env`` text: ``unset X`` then ``export A='value'`` per variable (values
+    ``shlex.quote`` d, so spaces, quotes, ``$`` and newlines are assigned literally)."""
+    lines = [f"# autotune: environment of service {spec.name}; sourced at its start"]
     for var in sorted(set(spec.unset_env)):
-        words += ["-u", var]
-    words += [f"{k}={v}" for k, v in sorted(spec.env.items())]
-    return words + list(spec.argv)
+        lines.append(f"unset {_env_name(var, service=spec.name)}")
+    for var, value in sorted(spec.env.items()):
+        lines.append(f"export {_env_name(var, service=spec.name)}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
 
 
-def _masked_command(spec: ServiceSpec) -> str:
-    masked = {k: ("***" if looks_secret(k) else v) for k, v in spec.env.items()}
-    return spec.model_copy(update={"env": masked}).command_line()
+def _env_name(name: str, *, service: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise ConfigError(
+            f"service '{service}': '{name}' is not a valid environment variable name",
+            field=f"services.{service}.env",
+        )
+    return name

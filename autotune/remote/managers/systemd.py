@@ -37,6 +37,7 @@ from autotune.remote.dropin import dropin_mode, dropin_path, normalize_unit, ren
 from autotune.remote.managers import hostops
 from autotune.remote.managers.base import ServiceManager, last_lines
 from autotune.remote.shell import CommandResult, Shell
+from autotune.secrets import redacted_command
 from autotune.specs import ServiceSpec
 
 STATE_FILE = "state.json"
@@ -151,7 +152,7 @@ class SystemdManager(ServiceManager):
                 state["units"][unit] = self._pre_tuning_record(name, unit, path, props)
                 self._write_state(state)
 
-        self.shell.put_text(path, text, mode=dropin_mode(spec.env), sudo=self.sudo)
+        self.shell.put_text(path, text, mode=dropin_mode(spec.env, spec.argv), sudo=self.sudo)
         self._systemctl("daemon-reload", what="systemctl daemon-reload", service=name)
         old_pids: list[int] = []
         if props.get("ActiveState") in ACTIVE_STATES | {"deactivating"}:
@@ -169,7 +170,7 @@ class SystemdManager(ServiceManager):
                 "unit": unit,
                 "invocation_id": invocation,
                 "fingerprint": spec.fingerprint(),
-                "command": spec.command_line(),
+                "command": redacted_command(spec.argv, spec.env, spec.unset_env),
                 "dropin": path,
                 "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }

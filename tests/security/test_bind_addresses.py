@@ -1,0 +1,120 @@
+"""Every server autotune starts listens on loopback unless told otherwise.
+
+The simulated servers and router are started for real, without ``--host`` (their default
+must be 127.0.0.1) and with ``--host 127.0.0.2`` (an explicit address is honoured; a second
+loopback address keeps the test off the network). The listening socket's address is read
+from ``/proc/net/tcp``. The bundled simulated deployments must render loopback addresses.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from autotune.deployment import load_deployment
+from autotune.render import render
+from autotune.space import load_space
+
+REPO = Path(__file__).resolve().parents[2]
+LOOPBACK = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it (little-endian hex)
+SECOND_LOOPBACK = "0200007F"  # 127.0.0.2
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net/tcp"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def listeners(port: int) -> set[str]:
+    """Local addresses in LISTEN state on ``port`` (IPv4 and IPv6 tables)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        path = Path(table)
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, hexport = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(hexport, 16) == port:
+                found.add(addr)
+    return found
+
+
+@contextmanager
+def serving(args: list[str], port: int) -> Iterator[set[str]]:
+    """Run ``python -m ARGS`` until it listens on ``port``; yield the listening addresses."""
+    env = {**os.environ, "AUTOTUNE_SIM_LOAD_SECONDS": "0.05"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not listeners(port):
+            if proc.poll() is not None:
+                pytest.fail(f"{args[0]} exited: {proc.stderr.read() if proc.stderr else ''}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{args[0]} did not listen on {port}")
+            time.sleep(0.05)
+        yield listeners(port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+SERVER = ["autotune.sim.server", "--model-path", "/models/DeepSeek-V4-Flash", "--tp-size", "4"]
+ROUTER = [
+    "autotune.sim.router",
+    "--pd-disaggregation",
+    "--prefill",
+    "http://127.0.0.1:9",
+    "--decode",
+    "http://127.0.0.1:9",
+]
+
+
+@pytest.mark.parametrize("program", [SERVER, ROUTER], ids=["server", "router"])
+def test_simulated_servers_bind_loopback_by_default(program: list[str]) -> None:
+    port = free_port()
+    with serving([*program, "--port", str(port)], port) as addrs:
+        assert addrs == {LOOPBACK}
+    port = free_port()
+    with serving([*program, "--port", str(port), "--host", "127.0.0.2"], port) as addrs:
+        assert addrs == {SECOND_LOOPBACK}  # control: the address is really the flag's
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "launchers").glob("sim-*.yaml")), ids=lambda p: p.name
+)
+def test_bundled_simulated_deployments_render_loopback(path: Path, tmp_path: Path) -> None:
+    space = load_space(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml")
+    deployment = load_deployment(path)
+    specs = render(space, deployment, space.baseline_config(), run_dir=tmp_path)
+    assert specs
+    for name, spec in specs.items():
+        argv = list(spec.argv)
+        assert spec.host == "127.0.0.1", name
+        assert argv[argv.index("--host") + 1] == "127.0.0.1", name
+        assert spec.health_url.startswith("http://127.0.0.1:"), name
+    for name, host in deployment.hosts.items():
+        assert host.address == "127.0.0.1", name
