@@ -16,7 +16,7 @@ from autotune.loadgen.metrics import (
     rescale_time,
     slo_margins,
 )
-from autotune.loadgen.probe import probe_text
+from autotune.loadgen.probe import aprobe_text, probe_text
 from autotune.loadgen.records import RequestRecord
 from autotune.loadgen.spec import SLO, LoadSpec
 from autotune.loadgen.sse import SSEEvent, SSEParser
@@ -30,6 +30,7 @@ __all__ = [
     "RequestRecord",
     "SSEEvent",
     "SSEParser",
+    "aprobe_text",
     "arun_load",
     "compute_metrics",
     "rescale_time",

@@ -3,9 +3,11 @@
 Each worker sends its next request when its previous one finishes (closed loop), so the
 server never sees more than C requests of ours. Warm-up requests run first and are
 discarded (any warm-up error aborts: a server that cannot answer warm-up is not worth
-measuring); then the measure phase runs by request count or by duration, hard-capped at
-``max_duration_s``. The hot path per network read is one ``perf_counter()``, one SSE split
-and one ``json.loads`` per event.
+measuring); then the measure phase runs by request count or by duration. Warm-up and
+measure are each hard-capped at ``max_duration_s``, every request at ``request_timeout_s``
+in total, and the whole call at the caller's ``deadline``: nothing a server does (hang,
+drip bytes, crash, garbage) keeps a trial waiting unboundedly. The hot path per network
+read is one ``perf_counter()``, one SSE split and one ``json.loads`` per event.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from pydantic import BaseModel, ConfigDict
 from autotune.errors import BenchError
 from autotune.loadgen._http import (
     JSON_HEADERS,
+    Deadline,
     base_url,
+    connection_error,
     endpoint,
     error_text,
     model_from_listing,
@@ -130,6 +134,34 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+class _Malformed(Exception):
+    """An event that is valid SSE but not a completion chunk; the text says what is wrong."""
+
+
+def _text_of(obj: Any, chat: bool) -> str | None:
+    """Generated text of one parsed chunk; :class:`_Malformed` for shapes no server sends."""
+    if type(obj) is not dict:
+        raise _Malformed(f"event is {type(obj).__name__}, not an object")
+    choices = obj.get("choices")
+    if not choices:
+        return None
+    if type(choices) is not list:
+        raise _Malformed(f"'choices' is {type(choices).__name__}, not a list")
+    c0 = choices[0]
+    if type(c0) is not dict:
+        raise _Malformed(f"'choices[0]' is {type(c0).__name__}, not an object")
+    if chat:
+        delta = c0.get("delta") or {}
+        if type(delta) is not dict:
+            raise _Malformed(f"'delta' is {type(delta).__name__}, not an object")
+        text = delta.get("content") or delta.get("reasoning_content")
+    else:
+        text = c0.get("text")
+    if text and type(text) is not str:
+        raise _Malformed(f"generated text is {type(text).__name__}, not a string")
+    return text  # type: ignore[no-any-return]
+
+
 async def _stream(
     client: httpx.AsyncClient, path: str, body: bytes, att: _Attempt, chat: bool
 ) -> None:
@@ -144,44 +176,51 @@ async def _stream(
         pieces = att.pieces
         scan = _SCAN
         data = b""
+        first = b""
         try:
             async for raw in resp.aiter_raw():  # identity encoding requested: raw == body
                 now = perf_counter()
+                if not first:
+                    first = raw
                 for data, _event in feed(raw):
                     if att.done_time is not None or not data:
                         continue  # drain after [DONE] so the connection is reused
                     if data == _DONE:
                         att.done_time = now
                         continue
-                    obj = scan(data.decode(), 0)[0] if scan else json.loads(data)
-                    err = obj.get("error")
-                    if err is not None:
-                        att.error = f"server error: {error_text(err)}"
-                        return
-                    choices = obj.get("choices")
-                    if choices:
-                        c0 = choices[0]
-                        if chat:
-                            delta = c0.get("delta") or {}
-                            text = delta.get("content") or delta.get("reasoning_content")
-                        else:
-                            text = c0.get("text")
-                        if text:
-                            times.append(now)
-                            pieces.append(text)
+                    try:
+                        obj = scan(data.decode(), 0)[0] if scan else json.loads(data)
+                    except (ValueError, StopIteration, RecursionError):
+                        raise _Malformed("not JSON") from None
+                    if type(obj) is dict:
+                        err = obj.get("error")
+                        if err is not None:
+                            att.error = f"server error: {error_text(err)}"
+                            return
+                    text = _text_of(obj, chat)
+                    if text:
+                        times.append(now)
+                        pieces.append(text)
                     usage = obj.get("usage")
                     if usage:
+                        if type(usage) is not dict:
+                            raise _Malformed(f"'usage' is {type(usage).__name__}, not an object")
                         att.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
                         att.completion_tokens = _int_or_none(usage.get("completion_tokens"))
             now = perf_counter()
             for data, _event in parser.close():
                 if data == _DONE and att.done_time is None:
                     att.done_time = now
-        except (ValueError, AttributeError, TypeError, IndexError, KeyError, StopIteration):
-            att.error = f"malformed event: {snippet(data)}"
+        except _Malformed as exc:
+            att.error = f"malformed event ({exc}): {snippet(data)}"
             return
         if att.done_time is None:
             att.error = "stream ended before 'data: [DONE]'"
+            if not first:
+                att.error += " (empty body)"
+            elif not pieces and not first.lstrip().startswith((b"data", b":", b"event")):
+                ctype = resp.headers.get("content-type", "none")
+                att.error += f" (not an event stream: content-type {ctype}; {snippet(first)})"
 
 
 async def _request(
@@ -197,15 +236,19 @@ async def _request(
     att = _Attempt()
     send = perf_counter()
     try:
+        # A total limit: httpx's read timeout restarts with every byte, so a server that
+        # drips one byte a second would otherwise hold the request forever.
         await asyncio.wait_for(_stream(client, path, body, att, chat), timeout_s)
     except asyncio.TimeoutError:
         att.error = f"timed out after {timeout_s:g} s (request_timeout_s)"
-    except httpx.ConnectError as exc:
-        att.error = unreachable(base, exc)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        att.error = connection_error(base, exc)
     except httpx.TimeoutException as exc:
         att.error = f"{type(exc).__name__} after {timeout_s:g} s: {exc or 'no detail'}"
     except (httpx.HTTPError, OSError) as exc:
-        att.error = f"{type(exc).__name__}: {exc or 'no detail'}"
+        att.error = connection_error(base, exc)
+    except Exception as exc:  # noqa: BLE001 - one odd answer must not end the whole run
+        att.error = f"unexpected {type(exc).__name__} handling the answer: {exc}"
     if att.done_time is not None:
         att.error = None  # [DONE] arrived: a problem while draining does not spoil the answer
         end = att.done_time
@@ -276,9 +319,13 @@ class _ClosedLoop:
             if self.on_record is not None:
                 self.on_record(len(self.records))
 
-    async def run(self, workers: int, *, hard_deadline: float | None) -> list[RequestRecord]:
+    async def run(self, workers: int, *, hard_deadline: float, cap_reason: str) -> bool:
+        """Run to completion or until ``hard_deadline`` (perf_counter); True when capped.
+
+        Capping cancels in-flight requests (never recorded) and sets ``stop_reason``.
+        """
         tasks = [asyncio.ensure_future(self.worker(w)) for w in range(workers)]
-        timeout = None if hard_deadline is None else max(hard_deadline - perf_counter(), 0.0)
+        timeout = max(hard_deadline - perf_counter(), 0.0)
         try:
             done, pending = await asyncio.wait(
                 tasks, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
@@ -291,9 +338,10 @@ class _ClosedLoop:
             exc = task.exception()
             if exc is not None:
                 raise exc
+        self.records.sort(key=lambda r: r.index)
         if pending and self.stop_reason is None:
-            self.stop_reason = "max_duration_s reached; in-flight requests cancelled"
-        return sorted(self.records, key=lambda r: r.index)
+            self.stop_reason = f"{cap_reason}; in-flight requests cancelled"
+        return bool(pending)
 
 
 async def arun_load(
@@ -302,23 +350,29 @@ async def arun_load(
     *,
     on_phase: PhaseCallback | None = None,
     on_progress: ProgressCallback | None = None,
+    deadline: float | None = None,
 ) -> BenchResult:
     """Warm up, then measure ``spec`` against the OpenAI-compatible server at ``url``.
 
     ``on_phase`` gets ``"warmup"`` and ``"measure"``; ``on_progress(done, total)`` gets the
-    measured requests finished so far (``total`` is 0 in duration mode). Raises
-    :class:`BenchError` when the server is unreachable, warm-up fails, or nothing succeeded.
+    measured requests finished so far (``total`` is 0 in duration mode). ``deadline`` (a
+    ``time.monotonic()`` instant) caps the whole call: reached before or during warm-up it
+    raises, during measure it stops like ``max_duration_s`` and keeps what was measured.
+    Every request is limited to ``request_timeout_s`` in total and warm-up to
+    ``max_duration_s``, so this returns in bounded time whatever the server does. Raises
+    :class:`BenchError` (and nothing else for any server behaviour) when the server is
+    unreachable, warm-up fails, or nothing succeeded.
     """
     base = base_url(url)
+    limit = Deadline(deadline)
     c = spec.concurrency
-    timeout = httpx.Timeout(
-        spec.request_timeout_s, connect=min(spec.request_timeout_s, _CONNECT_TIMEOUT_S)
-    )
+    rt = spec.request_timeout_s
+    timeout = httpx.Timeout(connect=min(rt, _CONNECT_TIMEOUT_S), read=rt, write=rt, pool=rt)
     transport = WorkerTransport(c)  # C keep-alive connections, one per worker
     async with httpx.AsyncClient(
         base_url=base, transport=transport, timeout=timeout, trust_env=False
     ) as client:
-        model = spec.model or await _resolve_model(client, base)
+        model = spec.model or await _resolve_model(client, base, spec.request_timeout_s, limit)
         bodies = _Bodies(spec, model)
         path = endpoint(spec.api)
         chat = spec.api == "chat"
@@ -348,11 +402,25 @@ async def arun_load(
                 failure_streak=n_warm,
                 on_record=None,
             )
+            cap = t0 + spec.max_duration_s
             try:
-                await warm.run(min(c, n_warm), hard_deadline=None)
+                capped = await warm.run(
+                    min(c, n_warm), hard_deadline=limit.earliest(cap), cap_reason="warm-up cap"
+                )
             except _WarmupFailed as exc:
                 raise BenchError(f"warm-up request to {base} failed: {exc.record.error}") from None
             warmup_seconds = perf_counter() - t0
+            if capped:
+                done = sum(r.ok for r in warm.records)
+                why = (
+                    "trial deadline reached during warm-up"
+                    if limit.at is not None and limit.at < cap
+                    else f"warm-up did not finish within max_duration_s={spec.max_duration_s:g}"
+                )
+                raise BenchError(
+                    f"{why} ({done} of {n_warm} warm-up requests to {base} finished in "
+                    f"{warmup_seconds:.1f} s)"
+                )
 
         if on_phase:
             on_phase("measure")
@@ -368,13 +436,21 @@ async def arun_load(
             on_record=progress,
         )
         workers = c if spec.requests is None else min(c, spec.requests)
-        records = await loop.run(workers, hard_deadline=t0 + spec.max_duration_s)
+        cap = t0 + spec.max_duration_s
+        by_deadline = limit.at is not None and limit.at < cap
+        await loop.run(
+            workers,
+            hard_deadline=limit.earliest(cap),
+            cap_reason="trial deadline reached" if by_deadline else "max_duration_s reached",
+        )
+        records = loop.records
         measure_seconds = perf_counter() - t0
 
     if not records:
-        raise BenchError(
-            f"no request to {base} completed within max_duration_s={spec.max_duration_s:g}"
-        )
+        within = f"within max_duration_s={spec.max_duration_s:g}"
+        if by_deadline:
+            within = "before the trial deadline"
+        raise BenchError(f"no request to {base} completed {within}")
     failures = [r for r in records if not r.ok]
     if len(failures) == len(records):
         raise BenchError(
@@ -393,11 +469,25 @@ async def arun_load(
     )
 
 
-async def _resolve_model(client: httpx.AsyncClient, base: str) -> str:
+async def _resolve_model(
+    client: httpx.AsyncClient, base: str, timeout_s: float, limit: Deadline
+) -> str:
+    """The served model's name from ``GET /v1/models``, within ``timeout_s`` in total."""
+    wait, by_deadline = limit.cap(timeout_s)
+    if by_deadline and wait <= 0:
+        raise BenchError(f"trial deadline reached before the load on {base} started")
     try:
-        resp = await client.get("/v1/models")
-    except httpx.HTTPError as exc:
+        resp = await asyncio.wait_for(client.get("/v1/models"), wait)
+    except asyncio.TimeoutError:
+        if by_deadline:
+            raise BenchError(
+                f"trial deadline reached while asking {base}/v1/models for the model name"
+            ) from None
+        raise BenchError(f"GET {base}/v1/models timed out after {wait:g} s") from None
+    except httpx.ConnectError as exc:
         raise BenchError(f"server unreachable: {unreachable(base, exc)}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise BenchError(f"GET {base}/v1/models failed: {connection_error(base, exc)}") from None
     return model_from_listing(resp, base)
 
 
@@ -407,6 +497,9 @@ def run_load(
     *,
     on_phase: PhaseCallback | None = None,
     on_progress: ProgressCallback | None = None,
+    deadline: float | None = None,
 ) -> BenchResult:
     """Synchronous :func:`arun_load` (own event loop; call ``arun_load`` from async code)."""
-    return asyncio.run(arun_load(url, spec, on_phase=on_phase, on_progress=on_progress))
+    return asyncio.run(
+        arun_load(url, spec, on_phase=on_phase, on_progress=on_progress, deadline=deadline)
+    )

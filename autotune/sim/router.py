@@ -4,6 +4,11 @@ Each generation request goes to a prefill worker first (non-streaming, ``max_tok
 the prefill's cost becomes part of TTFT), then to a decode worker whose response (SSE or
 JSON) is passed back byte for byte. Workers are picked round-robin. A worker that fails
 turns into HTTP 502 with a JSON error.
+
+Every upstream call is time-limited (``--request-timeout-secs`` for generation, like
+sglang-router's flag; ``--health-check-timeout-secs`` for health; at most 10 s for
+``/v1/models``), and a client that disconnects cancels its handler, so a hung worker cannot
+pin the router or its upstream connections forever.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from datetime import datetime
 import aiohttp
 from aiohttp import web
 
+_CONNECT_TIMEOUT_S = 10.0
+_MODELS_TIMEOUT_S = 10.0
 HOP_HEADERS = {
     "content-length",
     "transfer-encoding",
@@ -39,6 +46,7 @@ class RouterConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     health_timeout_s: float = 2.0
+    request_timeout_s: float = 1800.0
     counters: dict[str, int] = field(default_factory=dict)
 
 
@@ -64,6 +72,7 @@ def parse_args(argv: Sequence[str]) -> RouterConfig:
     )
     p.add_argument("--log-level", default="info")
     p.add_argument("--health-check-timeout-secs", type=float, default=2.0)
+    p.add_argument("--request-timeout-secs", type=float, default=1800.0)
     ns = p.parse_args(list(argv))
     if not ns.pd_disaggregation:
         p.error("only --pd-disaggregation mode is simulated")
@@ -86,6 +95,7 @@ def parse_args(argv: Sequence[str]) -> RouterConfig:
         host=ns.host,
         port=ns.port,
         health_timeout_s=ns.health_check_timeout_secs,
+        request_timeout_s=ns.request_timeout_secs,
     )
 
 
@@ -100,7 +110,9 @@ class Router:
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            timeout=aiohttp.ClientTimeout(
+                total=self.cfg.request_timeout_s, sock_connect=_CONNECT_TIMEOUT_S
+            ),
             auto_decompress=False,
         )
 
@@ -130,13 +142,15 @@ class Router:
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
+        limit = min(_MODELS_TIMEOUT_S, self.cfg.request_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=_CONNECT_TIMEOUT_S)
         try:
-            async with self._session().get(self.cfg.decode[0] + "/v1/models") as r:
+            async with self._session().get(self.cfg.decode[0] + "/v1/models", timeout=timeout) as r:
                 return web.Response(
                     body=await r.read(), status=r.status, content_type="application/json"
                 )
-        except aiohttp.ClientError as exc:
-            return _bad_gateway(f"decode worker unreachable: {exc}")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return _bad_gateway(f"decode worker unreachable: {_why(exc)}")
 
     async def metrics(self, request: web.Request) -> web.Response:
         lines = []
@@ -175,16 +189,16 @@ class Router:
                 if r.status != 200:
                     self.counters["prefill_errors"] += 1
                     return _bad_gateway(f"prefill worker {prefill_url} answered {r.status}")
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self.counters["prefill_errors"] += 1
-            return _bad_gateway(f"prefill worker {prefill_url} failed: {exc}")
+            return _bad_gateway(f"prefill worker {prefill_url} failed: {_why(exc)}")
         try:
             upstream = await self._session().post(
                 decode_url + request.path, data=raw, headers={"Content-Type": "application/json"}
             )
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self.counters["decode_errors"] += 1
-            return _bad_gateway(f"decode worker {decode_url} failed: {exc}")
+            return _bad_gateway(f"decode worker {decode_url} failed: {_why(exc)}")
         try:
             if upstream.status != 200 and upstream.status >= 500:
                 self.counters["decode_errors"] += 1
@@ -195,7 +209,7 @@ class Router:
             try:
                 async for data in upstream.content.iter_any():
                     await resp.write(data)
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, asyncio.TimeoutError):
                 self.counters["decode_errors"] += 1
                 return resp  # headers already sent: the stream just ends
             except ConnectionError:
@@ -205,6 +219,12 @@ class Router:
             return resp
         finally:
             upstream.release()
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+        return "timed out"
+    return str(exc) or type(exc).__name__
 
 
 def _bad_gateway(message: str) -> web.Response:
@@ -224,7 +244,15 @@ async def serve(cfg: RouterConfig) -> int:
     app.router.add_post("/v1/completions", router.generate)
     app.router.add_post("/v1/chat/completions", router.generate)
     app.router.add_post("/generate", router.generate)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that gives up (the load generator's request timeout)
+    # cancels the handler, which closes the upstream request instead of leaving it open.
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        handler_cancellation=True,
+        shutdown_timeout=1.0,  # stop within a second; open streams are cut, not awaited
+    )
     await runner.setup()
     try:
         await web.TCPSite(runner, cfg.host, cfg.port, backlog=1024).start()

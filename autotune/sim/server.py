@@ -720,7 +720,10 @@ def _log_startup(cfg: SimConfig, log: Log) -> None:
 async def serve(cfg: SimConfig, log: Log) -> int:
     """Listen at once (503 while 'loading'), then fail or become ready; run until SIGTERM."""
     state = State(cfg, log)
-    runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
+    # Stop within a second when told (like SGLang): open streams are cut, not awaited.
+    runner = web.AppRunner(
+        build_app(state), access_log=None, handle_signals=False, shutdown_timeout=1.0
+    )
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024)
     try:
