@@ -330,6 +330,13 @@ class SSHShell(Shell):
             try:
                 return fn(conn)
             except (paramiko.SSHException, EOFError, OSError) as exc:
+                if "timeout opening channel" in str(exc).lower():
+                    self._discard(conn)  # the host is up but does not answer
+                    raise ShellError(
+                        self.name,
+                        f"no answer from the host within {self.spec.connect_timeout_s:g}s "
+                        f"(opening a channel for {what}); connection closed, not retried",
+                    ) from None
                 if not _is_drop(exc, conn):
                     raise ShellError(self.name, f"{what} failed: {_exc_text(exc)}") from None
                 self._discard(conn)
@@ -368,15 +375,27 @@ class SSHShell(Shell):
 
         def go(conn: Any) -> CommandResult:
             try:
-                res = conn.run(
-                    line,
-                    warn=True,
-                    hide=True,
-                    in_stream=False,
-                    pty=False,
-                    timeout=timeout,
-                    encoding="utf-8",
-                )
+                with _watchdog(conn, timeout + WATCHDOG_GRACE_S) as fired:
+                    try:
+                        res = conn.run(
+                            line,
+                            warn=True,
+                            hide=True,
+                            in_stream=False,
+                            pty=False,
+                            timeout=timeout,
+                            encoding="utf-8",
+                        )
+                    finally:
+                        if fired.is_set():
+                            self._discard(conn)
+                            raise _NoAnswer(timeout)
+            except _NoAnswer:
+                raise ShellError(
+                    self.name,
+                    f"no answer from the host within {timeout:g}s; connection closed, "
+                    f"not retried: {_brief(command)}",
+                ) from None
             except CommandTimedOut:
                 raise ShellError(
                     self.name, f"command timed out after {timeout:g}s: {_brief(command)}"
@@ -451,30 +470,79 @@ class SSHShell(Shell):
             raise ShellError(self.name, f"cannot write {path}: {res.stderr.strip()}")
 
     def _upload(self, remote: str, data: bytes, mode: int) -> None:
+        limit = self.spec.command_timeout_s
+
         def go(conn: Any) -> None:
-            with self._sftp_lock:
-                sftp = conn.sftp()
-                with suppress(OSError):
-                    sftp.remove(remote)  # a partial file from an attempt that dropped
+            with self._sftp_lock, _watchdog(conn, limit) as fired:
                 try:
-                    # 'x': O_EXCL, never follows a planted symlink; mode set before content.
-                    with sftp.open(remote, "wx") as fh:
-                        fh.chmod(mode)
-                        fh.write(data)
-                except BaseException:
-                    if conn.is_connected:
-                        with suppress(OSError):
-                            sftp.remove(remote)
-                    raise
+                    sftp = conn.sftp()
+                    sftp.get_channel().settimeout(limit)
+                    with suppress(OSError):
+                        sftp.remove(remote)  # a partial file from an attempt that dropped
+                    try:
+                        # 'x': O_EXCL, never follows a planted symlink; mode set first.
+                        with sftp.open(remote, "wx") as fh:
+                            fh.chmod(mode)
+                            fh.write(data)
+                    except BaseException:
+                        if conn.is_connected and not fired.is_set():
+                            with suppress(OSError):
+                                sftp.remove(remote)
+                        raise
+                finally:
+                    if fired.is_set():
+                        self._discard(conn)
+                        raise ShellError(
+                            self.name,
+                            f"no answer from the host within {limit:g}s while writing "
+                            f"{remote}; connection closed, not retried",
+                        )
 
         self._call(f"writing {remote}", go)
 
     def _remove_quietly(self, remote: str) -> None:
         try:
-            with self._sftp_lock:
-                self.connection().sftp().remove(remote)
+            conn = self.connection()
+            with self._sftp_lock, _watchdog(conn, self.spec.command_timeout_s) as fired:
+                try:
+                    conn.sftp().remove(remote)
+                finally:
+                    if fired.is_set():
+                        self._discard(conn)
         except Exception:  # best effort: the file may be gone, or the host unreachable
             log.debug("%s: could not remove %s", self.name, remote)
+
+
+WATCHDOG_GRACE_S = 5.0
+"""Beyond a command's own timeout, how long to wait for a host that stopped answering."""
+
+
+class _NoAnswer(Exception):
+    def __init__(self, timeout: float) -> None:
+        super().__init__(timeout)
+
+
+@contextmanager
+def _watchdog(conn: Any, seconds: float) -> Iterator[threading.Event]:
+    """Close ``conn`` if the block still runs after ``seconds``.
+
+    paramiko waits for sshd's reply to a channel request (exec, sftp) and for SFTP replies
+    without any timeout, and invoke's command timer starts only once exec returned: a host
+    that is up but wedged (swapping, a frozen sshd) would hold the tuner forever.
+    """
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        _close_quietly(conn)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
 
 
 def _is_drop(exc: BaseException, conn: Any) -> bool:

@@ -234,6 +234,18 @@ class SSHServer:
             _kill_tree(pid)
         return len(sessions)
 
+    def freeze_sessions(self, sig: signal.Signals = signal.SIGSTOP) -> int:
+        """SIGSTOP (or SIGCONT) every connection this sshd serves: a host that is up but no
+        longer answers (a frozen sshd, a host swapping to death). Returns the count."""
+        if self.proc is None:
+            return 0
+        sessions = _children(self.proc.pid)
+        for pid in sessions:
+            for member in _tree(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, sig)
+        return len(sessions)
+
     def regenerate_host_key(self) -> None:
         """A new host key (what a reinstalled host, or an impostor, presents)."""
         for path in (self.host_key, self.host_key.with_suffix(".pub")):

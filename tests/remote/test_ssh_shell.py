@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import threading
 import time
 from pathlib import Path
@@ -14,7 +16,7 @@ from sshd_hosts import SSHLab, free_port
 from autotune.errors import ConfigError
 from autotune.remote.hosts import HostSpec
 from autotune.remote.shell import ShellError
-from autotune.remote.ssh import HostPool, SSHShell
+from autotune.remote.ssh import WATCHDOG_GRACE_S, HostPool, SSHShell
 
 
 def _wait_for(predicate: object, timeout_s: float = 5.0) -> bool:
@@ -124,6 +126,35 @@ def test_connection_lost_while_a_command_runs_is_not_retried(
     assert time.monotonic() - started < 10
     assert marker.read_text() == "x\n"  # ran once, not retried
     assert shell.run("echo again").stdout == "again\n"
+
+
+def test_host_that_stops_answering_is_a_shell_error_not_a_hang(
+    ssh_host_specs: dict[str, HostSpec], sshd_lab: SSHLab
+) -> None:
+    # sshd frozen: the TCP connection is up, nothing answers the exec or SFTP request.
+    # paramiko would wait forever; the watchdog closes the connection after the limit.
+    server = sshd_lab.servers["loopback"]
+    spec = ssh_host_specs["loopback"].model_copy(update={"command_timeout_s": 2.0})
+    shell = SSHShell("loopback", spec)
+    try:
+        for attempt in ("command", "upload"):
+            assert shell.run("true").ok  # a (new) connection, then the host freezes
+            assert server.freeze_sessions() >= 1
+            started = time.monotonic()
+            try:
+                with pytest.raises(ShellError, match="no answer from the host within"):
+                    if attempt == "command":
+                        shell.run("echo never", timeout_s=1)
+                    else:
+                        shell._upload(f"/tmp/autotune-frozen-{os.getpid()}", b"x", 0o600)
+            finally:
+                server.freeze_sessions(signal.SIGCONT)
+            limit = 1 + WATCHDOG_GRACE_S if attempt == "command" else 2.0
+            limit = min(limit, spec.connect_timeout_s)  # paramiko's channel-open timeout
+            assert time.monotonic() - started < limit + 3, attempt
+        assert shell.run("echo back").stdout == "back\n"  # a fresh connection works
+    finally:
+        shell.close()
 
 
 def test_command_timeout_is_a_shell_error_and_keeps_the_connection(host_pool: HostPool) -> None:
