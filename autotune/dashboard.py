@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.errors import ConfigError, StorageError
-from autotune.secrets import scrub_text
-from autotune.study.storage import display_url
+from autotune.study.storage import open_storage
 
 
 def serve_dashboard(
@@ -27,17 +26,10 @@ def serve_dashboard(
     is refused rather than silently created) and :class:`ConfigError` when the address
     cannot be bound.
     """
-    import optuna
     from optuna_dashboard import run_server
 
     _check_sqlite_exists(storage_url)
-    try:
-        storage = optuna.storages.get_storage(storage_url)
-    except Exception as exc:  # sqlalchemy / driver errors have no common base class
-        # The URL may carry a database password; so may the driver's message.
-        raise StorageError(
-            f"cannot open storage {display_url(storage_url)!r}: {scrub_text(str(exc))}"
-        ) from None
+    storage = open_storage(storage_url, create=False)  # same timeouts and errors as `run`
     store = None
     if artifact_dir is not None:
         from optuna.artifacts import FileSystemArtifactStore

@@ -722,7 +722,11 @@ async def serve(cfg: SimConfig, log: Log) -> int:
     state = State(cfg, log)
     # Stop within a second when told (like SGLang): open streams are cut, not awaited.
     runner = web.AppRunner(
-        build_app(state), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        build_app(state),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=1.0,
+        handler_cancellation=True,  # a client that gave up frees its engine slot
     )
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024)

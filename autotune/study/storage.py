@@ -22,6 +22,8 @@ from autotune.errors import ConfigError, StorageError
 STUDIES_DIR = Path("studies")
 SQLITE_WAIT_S = 30.0
 """How long a write waits for another process's lock; ``?timeout=S`` in the URL overrides."""
+SERVER_CONNECT_TIMEOUT_S = 10
+"""PostgreSQL/MySQL connect timeout unless the URL sets ``connect_timeout=``."""
 STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -139,9 +141,15 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create {path.parent}: {exc.strerror}") from None
-    engine_kwargs = {}
+    engine_kwargs: dict[str, object] = {}
     if path is not None and "timeout=" not in url:
         engine_kwargs = {"connect_args": {"timeout": SQLITE_WAIT_S}}
+    elif path is None and url.startswith(("postgresql", "mysql")):
+        # A database server that does not answer must not hang the tuner: bounded connect,
+        # and a pooled connection the server dropped is replaced, not used.
+        engine_kwargs = {"pool_pre_ping": True}
+        if "connect_timeout=" not in url:
+            engine_kwargs["connect_args"] = {"connect_timeout": SERVER_CONNECT_TIMEOUT_S}
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as exc:  # SQLAlchemy raises many types; the user needs one message.
