@@ -7,20 +7,35 @@ user can cause are printed as one line (file, field, allowed values) with exit c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from autotune.errors import AutotuneError
 
 DEFAULT_STUDY = "dsv4-flash-sim"
 EXPORT_FORMATS = ("systemd", "env", "command", "json")
+MAX_TOKENS = 1 << 20
+"""Longest prompt or output ``bench`` builds (prompts are made in memory)."""
+_BENCH_OPTIONS = {
+    "concurrency": "--concurrency",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "requests": "--requests",
+    "duration_s": "--duration",
+    "warmup_requests": "--warmup",
+    "api": "--api",
+    "model": "--model",
+}
 
 app = typer.Typer(
     add_completion=False,
@@ -51,13 +66,57 @@ def _friendly(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except AutotuneError as exc:
-            err_console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            # Text, not markup: the message quotes what the user wrote ("[/]" included).
+            message = Text.assemble(("error:", "bold red"), " ", _one_line(str(exc)))
+            err_console.print(message, highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted", highlight=False)
+            err_console.print("interrupted", highlight=False, markup=False)
             raise typer.Exit(code=130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_line(text: str) -> str:
+    """Control characters a user typed (a newline in ``--study``) shown escaped."""
+    from autotune.yamlio import escape_controls
+
+    return escape_controls(text)
+
+
+def _check_study(study: str) -> None:
+    """``--study`` names files (``studies/NAME.yaml``, the run directory): checked first."""
+    from autotune.study.storage import check_study_name
+
+    check_study_name(study)
+
+
+def _check_out(path: Path, *, option: str, directory: bool) -> None:
+    """An output path that cannot be written fails before any work, naming the option."""
+    from autotune.errors import ConfigError
+
+    if directory and path.exists() and not path.is_dir():
+        raise ConfigError(f"{str(path)!r} exists and is not a directory", field=option)
+    if not directory and path.is_dir():
+        raise ConfigError(f"{str(path)!r} is a directory; give a file name", field=option)
+    if not directory and path.exists() and not (path.is_file() or path.is_char_device()):
+        # A FIFO would block the write until someone reads it.
+        raise ConfigError(f"{str(path)!r} is not a regular file", field=option)
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{str(above)!r} is not a directory", field=option)
+
+
+@contextlib.contextmanager
+def _writing(option: str) -> Iterator[None]:
+    """OSError while writing an output -> ConfigError naming the option (disk full, ...)."""
+    from autotune.errors import ConfigError
+
+    try:
+        yield
+    except OSError as exc:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        raise ConfigError(f"cannot write{where}: {exc.strerror or exc}", field=option) from None
 
 
 def _storage_url(study: str, storage: str | None) -> str:
@@ -87,7 +146,7 @@ def run(
     sampler: str | None = typer.Option(
         None, "--sampler", help="tpe (default), random, grid, qmc, nsga2."
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
+    seed: int | None = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Sampler seed."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
 ) -> None:
     """Run (or resume) a study: the same command continues where it stopped."""
@@ -95,6 +154,7 @@ def run(
     from autotune.study.progress import make_progress
     from autotune.study.runner import Tuner
 
+    _check_study(study)
     if sampler is not None and sampler not in SAMPLERS:
         from autotune.errors import ConfigError
 
@@ -138,6 +198,7 @@ def run(
             f"Resume with the same command: autotune run --trials {trials} --study {study}",
             soft_wrap=True,
             highlight=False,
+            markup=False,
         )
         raise typer.Exit(code=130)
     console.print(
@@ -145,6 +206,7 @@ def run(
         f"{summary.trials_total}. Next: autotune best --study {study}",
         soft_wrap=True,
         highlight=False,
+        markup=False,
     )
 
 
@@ -163,10 +225,13 @@ def best(
     from autotune.export import export as do_export
     from autotune.results import baseline_trial, best_trial, gain_over_baseline
 
+    _check_study(study)
     if export is not None and export not in EXPORT_FORMATS:
         raise ConfigError(
             f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS
         )
+    if out is not None:
+        _check_out(out, option="--out", directory=True)
     opened = _open_existing(study, storage)
     winner = best_trial(opened)
     if winner is None:
@@ -177,12 +242,13 @@ def best(
         return
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
-    written = do_export(winner, fmt=export, out_dir=out)  # type: ignore[arg-type]
+    with _writing("--out"):
+        written = do_export(winner, fmt=export, out_dir=out)  # type: ignore[arg-type]
     if isinstance(written, str):
         sys.stdout.write(written if written.endswith("\n") else written + "\n")
     else:
         for path in written:
-            console.print(str(path), highlight=False)
+            console.print(str(path), highlight=False, markup=False)
 
 
 def _print_best(winner: Any, base: Any, gain: float | None) -> None:
@@ -209,11 +275,11 @@ def _print_best(winner: Any, base: Any, gain: float | None) -> None:
             )
     if "error_rate" in m:
         table.add_row("error rate", f"{m['error_rate']:.3f}")
-    table.add_row("config", json.dumps(winner.config, sort_keys=True))
+    table.add_row("config", Text(json.dumps(winner.config, sort_keys=True)))
     for name, svc in (winner.services or {}).items():
-        table.add_row(f"{name} command", svc.command)
+        table.add_row(Text(f"{name} command"), Text(svc.command))
     if winner.overrides:
-        table.add_row("server overrides", "\n".join(winner.overrides))
+        table.add_row("server overrides", Text("\n".join(winner.overrides)))
     console.print(table)
 
 
@@ -227,9 +293,13 @@ def report(
     """Write one self-contained HTML report (Pareto front, history, importances, top 10)."""
     from autotune.report import write_report
 
+    _check_study(study)
+    target = out or Path("reports") / f"{study}.html"
+    _check_out(target, option="--out", directory=False)
     opened = _open_existing(study, storage)
-    path = write_report(opened, path=out or Path("reports") / f"{study}.html")
-    console.print(f"report written: {path}", highlight=False)
+    with _writing("--out"):
+        path = write_report(opened, path=target)
+    console.print(f"report written: {path}", highlight=False, markup=False)
 
 
 @app.command()
@@ -240,15 +310,18 @@ def dashboard(
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Bind address (loopback unless told otherwise)."
     ),
-    port: int = typer.Option(8080, "--port"),
+    port: int = typer.Option(8080, "--port", min=1, max=65535),
 ) -> None:
     """Serve optuna-dashboard on the study's storage."""
     from autotune.dashboard import serve_dashboard
 
+    _check_study(study)
     _open_existing(study, storage)
     url = _storage_url(study, storage)
     console.print(
-        f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)", highlight=False
+        f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)",
+        highlight=False,
+        markup=False,
     )
     serve_dashboard(url, host=host, port=port)
 
@@ -275,16 +348,17 @@ def restore(
     from autotune.launch.factory import make_launcher
     from autotune.render import render
 
+    _check_study(study)
     _, space, deployment, run_dir = _deployment_context(study, study_file)
     specs = render(space, deployment, space.baseline_config(), run_dir=run_dir)
     launcher = make_launcher(deployment, run_dir=run_dir)
     try:
         done = launcher.restore(
-            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False)
+            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False, markup=False)
         )
     finally:
         launcher.detach()
-    console.print(f"restored: {', '.join(done) or 'nothing to do'}", highlight=False)
+    console.print(f"restored: {', '.join(done) or 'nothing to do'}", highlight=False, markup=False)
 
 
 @app.command()
@@ -302,6 +376,7 @@ def apply(
     from autotune.render import render
     from autotune.results import TrialResult, best_trial
 
+    _check_study(study)
     if (trial is None) == (not best_):
         raise ConfigError("give exactly one of --trial N or --best", field="apply")
     opened = _open_existing(study, storage)
@@ -323,7 +398,7 @@ def apply(
     launcher = make_launcher(deployment, run_dir=run_dir)
     try:
         result = launcher.apply(
-            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False)
+            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False, markup=False)
         )
     except BaseException:
         launcher.close()
@@ -333,6 +408,7 @@ def apply(
         f"trial {chosen.number} installed ({', '.join(result.restarted) or 'nothing restarted'}); "
         f"endpoint {deployment.endpoint_url(specs)}; undo with `autotune restore --study {study}`",
         highlight=False,
+        markup=False,
         soft_wrap=True,
     )
 
@@ -341,9 +417,9 @@ def apply(
 @_friendly
 def bench(
     url: str = typer.Option(..., "--url", help="Base URL of an OpenAI-compatible server."),
-    concurrency: int = typer.Option(16, "--concurrency", min=1),
-    input_len: int = typer.Option(256, "--input-len", min=1),
-    output_len: int = typer.Option(32, "--output-len", min=1),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=65536),
+    input_len: int = typer.Option(256, "--input-len", min=1, max=MAX_TOKENS),
+    output_len: int = typer.Option(32, "--output-len", min=1, max=MAX_TOKENS),
     requests: int | None = typer.Option(
         None, "--requests", min=1, help="Measured requests (default 4 x C)."
     ),
@@ -361,12 +437,22 @@ def bench(
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
 ) -> None:
     """Run the load generator alone against a server."""
+    from pydantic import ValidationError
+
     from autotune.errors import ConfigError
     from autotune.loadgen import LoadSpec, run_load
     from autotune.loadgen.display import metrics_table
+    from autotune.yamlio import validation_error_to_config_error
 
+    _check_url(url)
     if api not in ("completions", "chat"):
         raise ConfigError(f"unknown api {api!r}", field="--api", allowed=("completions", "chat"))
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise ConfigError(
+            f"must be a positive number of seconds, got {duration}", field="--duration"
+        )
+    if records is not None:
+        _check_out(records, option="--records", directory=False)
     try:
         spec = LoadSpec(
             concurrency=concurrency,
@@ -375,14 +461,18 @@ def bench(
             warmup_requests=concurrency if warmup is None else warmup,
             requests=None if duration is not None else (requests or 4 * concurrency),
             duration_s=duration,
+            # The measure phase's hard cap: in-flight requests get a request timeout's time.
+            max_duration_s=max(120.0, duration + 60.0) if duration is not None else 120.0,
             api=api,  # type: ignore[arg-type]
             model=model,
         )
-    except Exception as exc:  # pydantic validation of CLI values
-        raise ConfigError(str(exc).splitlines()[0], field="bench options") from None
-    result = run_load(url, spec, on_phase=lambda p: err_console.print(f"[dim]{p}[/dim]"))
+    except ValidationError as exc:
+        err = validation_error_to_config_error(exc, file=None, model=LoadSpec)
+        option = _BENCH_OPTIONS.get(err.field or "", err.field)
+        raise ConfigError(err.message, field=option, allowed=err.allowed) from None
+    result = run_load(url, spec, on_phase=lambda p: err_console.print(Text(p, style="dim")))
     if records is not None:
-        with records.open("w") as fh:
+        with _writing("--records"), records.open("w") as fh:
             for r in result.records:
                 fh.write(
                     json.dumps(
@@ -396,6 +486,23 @@ def bench(
         console.print(metrics_table(result.metrics))
 
 
+def _check_url(url: str) -> None:
+    """``--url`` must be http(s)://HOST[:PORT][/path] (urllib and httpx raise raw errors)."""
+    from urllib.parse import urlsplit
+
+    from autotune.errors import ConfigError
+
+    allowed = ["http://HOST:PORT", "https://HOST:PORT"]
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # ValueError for a port that is not 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"invalid URL {url!r}: {exc}", field="--url", allowed=allowed) from None
+    bad = any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or bad or port == 0:
+        raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)
+
+
 @space_app.command("check")
 @_friendly
 def space_check(path: Path = typer.Argument(..., help="A search-space YAML file.")) -> None:
@@ -403,7 +510,7 @@ def space_check(path: Path = typer.Argument(..., help="A search-space YAML file.
     from autotune.space import check_space
 
     summary = check_space(path)
-    console.print(str(summary), highlight=False)
+    console.print(str(summary), highlight=False, markup=False)
 
 
 def _quiet_libraries() -> None:

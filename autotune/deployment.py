@@ -20,7 +20,8 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -38,10 +39,14 @@ from autotune.launch.order import DependencyError, dependency_order
 from autotune.launch.ports import pick_free_ports
 from autotune.remote.hosts import HostSpec, validate_hosts
 from autotune.specs import ServiceSpec
-from autotune.yamlio import read_yaml
+from autotune.yamlio import one_line_errors, read_yaml, validation_error_to_config_error
 
 PORT_AUTO = "auto"
 _NAME_RX = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_HOST_NAME_RX = re.compile(r"[A-Za-z0-9_.-]+")
+_UNIT_RX = re.compile(r"[A-Za-z0-9:_.@\\-]+")
+_UNIT_FILE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""What a systemd unit file cannot carry in a setting (a tab is escaped, the rest not)."""
 _TEMPLATE_RX = re.compile(r"\$(\$?)\{([^}]*)\}")
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "launchers"
 
@@ -122,6 +127,21 @@ class ServiceDef(BaseModel):
             raise PydanticCustomError("command", "the program (first element) is empty", {})
         return value
 
+    @field_validator("unit")
+    @classmethod
+    def _unit(cls, value: str | None) -> str | None:
+        # systemd's own unit-name characters; never a path ('/'), an option ('-...') or '..'.
+        if value is not None and (
+            not _UNIT_RX.fullmatch(value) or value.startswith(("-", ".")) or ".." in value
+        ):
+            raise PydanticCustomError(
+                "unit",
+                "unit {value} is not a systemd unit name (letters, digits, ':', '_', '.', '@', "
+                "'-', '\\'; e.g. sglang-decode.service)",
+                {"value": repr(value)},
+            )
+        return value
+
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
@@ -160,10 +180,22 @@ class Deployment(BaseModel):
     @classmethod
     def _service_names(cls, value: dict[str, ServiceDef]) -> dict[str, ServiceDef]:
         for key in value:
-            if not _NAME_RX.match(key):
+            if not _NAME_RX.fullmatch(key):
                 raise PydanticCustomError(
                     "service_name",
                     "service name {key} must be letters, digits, '_' or '-' (no dots)",
+                    {"key": repr(key)},
+                )
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, value: dict[str, HostSpec]) -> dict[str, HostSpec]:
+        for key in value:
+            if not _HOST_NAME_RX.fullmatch(key):
+                raise PydanticCustomError(
+                    "host_name",
+                    "host name {key} must be letters, digits, '_', '.' or '-'",
                     {"key": repr(key)},
                 )
         return value
@@ -190,7 +222,16 @@ class Deployment(BaseModel):
             for host, names in by_host.items():
                 bind = "127.0.0.1" if host in ("localhost", "0.0.0.0") else host
                 taken = {p for m, p in fixed.items() if self.services[m].host == host}
-                picked = pick_free_ports(bind, len(names), exclude=taken)
+                try:
+                    picked = pick_free_ports(bind, len(names), exclude=taken)
+                except OSError as exc:  # a name that does not resolve, another machine's IP
+                    raise ConfigError(
+                        f"port auto: cannot pick a free port on host {host!r} "
+                        f"({exc.strerror or exc}); auto works for an address of this machine "
+                        "only, give a fixed port otherwise",
+                        file=self.file_label,
+                        field=f"services.{names[0]}.port",
+                    ) from None
                 ports.update(zip(names, picked, strict=True))
             self._ports = {n: ports[n] for n in self.services}
         return dict(self._ports)
@@ -198,6 +239,14 @@ class Deployment(BaseModel):
     def default_run_dir(self, study: str | None = None) -> Path:
         """``run_dir`` with templates expanded, absolute (relative to the working directory);
         with ``study``, its subdirectory of that name (one state file and log set per study)."""
+        if study is not None and (
+            study in ("", ".", "..") or re.search(r"[/\\\x00-\x1f\x7f]", study)
+        ):
+            # The study's run directory must stay below run_dir (no '../', no '/').
+            raise ConfigError(
+                f"study name {study!r} cannot be a directory name below run_dir",
+                field="--study",
+            )
         text = expand(
             self.run_dir, {"deployment": self.name}, file=self.file_label, field="run_dir"
         )
@@ -296,7 +345,15 @@ def _check(dep: Deployment) -> None:
         base = f"services.{n}"
         if s.on is not None and s.on not in dep.hosts:
             raise ConfigError(
-                f"unknown host '{s.on}'", file=file, field=f"{base}.on", allowed=sorted(dep.hosts)
+                f"unknown host {s.on!r}"
+                + (
+                    ""
+                    if dep.hosts
+                    else ": the file has no `hosts:` (without `on:` the service runs here)"
+                ),
+                file=file,
+                field=f"{base}.on",
+                allowed=sorted(dep.hosts) or None,
             )
         manager = s.resolved_manager()
         if manager == "local" and s.on is not None:
@@ -315,6 +372,15 @@ def _check(dep: Deployment) -> None:
                 file=file,
                 field=f"{base}.port",
             )
+        if manager == "systemd":
+            for field, text, _ in _template_fields(dep):
+                if field.startswith(f"{base}.") and _UNIT_FILE_CONTROL.search(text):
+                    raise ConfigError(
+                        f"{text!r} contains a newline or control character, which a systemd "
+                        "unit file cannot carry (use a wrapper script)",
+                        file=file,
+                        field=field,
+                    )
         if s.unit is not None and manager != "systemd":
             raise ConfigError(
                 "`unit:` is only for manager systemd",
@@ -326,12 +392,13 @@ def _check(dep: Deployment) -> None:
     for n, s in dep.services.items():
         for i, d in enumerate(s.depends_on):
             if d not in dep.services or d == n:
-                why = "a service cannot depend on itself" if d == n else f"unknown service '{d}'"
+                why = "a service cannot depend on itself" if d == n else f"unknown service {d!r}"
+                others = [m for m in names if m != n]
                 raise ConfigError(
-                    why,
+                    why + ("" if others else ": the file has no other service"),
                     file=file,
                     field=f"services.{n}.depends_on[{i}]",
-                    allowed=[m for m in names if m != n],
+                    allowed=others or None,
                 )
     try:
         dependency_order({n: s.depends_on for n, s in dep.services.items()})
@@ -354,60 +421,44 @@ def _check(dep: Deployment) -> None:
         if service is not None:
             values.update({"service": "", "host": "", "port": ""})
         expand(text, values, file=file, field=field)
+        if field == "endpoint" or field.endswith((".health.url", ".info_url")):
+            _check_url(text, file=file, field=field)
 
 
-def _allowed_keys(loc: Sequence[str | int]) -> list[str] | None:
-    """Field names valid at the mapping that holds ``loc[-1]`` (for "unknown field")."""
-    model: Any = Deployment
-    for part in loc[:-1]:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            info = model.model_fields.get(str(part))
-            if info is None:
-                return None
-            model = info.annotation
-        elif get_origin(model) is dict:
-            model = get_args(model)[1]
-        else:
-            return None
-        while get_origin(model) is Union:
-            model = next((a for a in get_args(model) if a is not type(None)), None)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return list(model.model_fields)
-    return None
-
-
-def _field_path(loc: Sequence[str | int]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _convert(exc: ValidationError, *, file: str) -> ConfigError:
-    errors = exc.errors()
-    err = errors[0]
-    loc = tuple(p for p in err.get("loc", ()) if isinstance(p, (str, int)))
-    # Errors inside a union branch carry the branch name ("int", "literal['auto']").
-    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p == "int")))
-    kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    msg = str(err.get("msg", "invalid value"))
-    allowed: list[Any] | None = ctx.get("allowed")
-    if kind == "extra_forbidden":
-        msg = "unknown field"
-        allowed = _allowed_keys(loc)
-    elif kind == "missing":
-        msg = "required field is missing"
-    elif kind == "string_type":
-        msg += f", got {type(err.get('input')).__name__} {err.get('input')!r} (quote it)"
-    if len(errors) > 1:
-        msg += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
-    return ConfigError(msg, file=file, field=_field_path(loc) or None, allowed=allowed)
+def _check_url(text: str, *, file: str, field: str) -> None:
+    """A URL field, with sample values for its templates, is http(s)://HOST[:PORT]/...:
+    the load generator and the health checks would otherwise fail at the first trial."""
+    sample = _TEMPLATE_RX.sub(
+        lambda m: (
+            "${" + m.group(2) + "}"
+            if m.group(1)
+            else ("1" if m.group(2).strip().endswith("port") else "h")
+        ),
+        text,
+    )
+    problem = None
+    try:
+        parts = urlsplit(sample)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = "expected http(s)://HOST:PORT/..."
+        elif any(c.isspace() or ord(c) < 32 for c in sample):
+            problem = "a URL cannot contain spaces or control characters"
+    if problem is not None:
+        raise ConfigError(f"invalid URL {text!r}: {problem}", file=file, field=field)
 
 
 # --------------------------------------------------------------------- loading
 def parse_deployment(data: object, *, file: str | Path) -> Deployment:
     """Validate parsed YAML; every problem is a ConfigError naming ``file``."""
+    with one_line_errors():
+        return _parse_deployment(data, file=file)
+
+
+def _parse_deployment(data: object, *, file: str | Path) -> Deployment:
     label = str(file)
     if not isinstance(data, dict):
         raise ConfigError(
@@ -416,7 +467,7 @@ def parse_deployment(data: object, *, file: str | Path) -> Deployment:
     try:
         dep = Deployment.model_validate(data)
     except ValidationError as exc:
-        raise _convert(exc, file=label) from None
+        raise validation_error_to_config_error(exc, file=label, model=Deployment) from None
     dep._source = Path(file)
     _check(dep)
     return dep

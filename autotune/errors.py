@@ -35,7 +35,7 @@ class ConfigError(AutotuneError):
             parts.append(f"field '{field}'")
         head = ": ".join(parts)
         text = f"{head}: {message}" if head else message
-        if self.allowed is not None:
+        if self.allowed:
             text += f" (allowed: {', '.join(map(str, self.allowed))})"
         super().__init__(text)
         self.message = message

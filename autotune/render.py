@@ -20,6 +20,7 @@ templates).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from autotune.deployment import Deployment, expand
 from autotune.errors import ConfigError
 from autotune.space.settings import ServiceSettings
 from autotune.specs import ServiceSpec
+from autotune.yamlio import one_line_errors
 
 
 class SettingsSource(Protocol):
@@ -154,6 +156,17 @@ def render(
     ``run_dir`` (default: the deployment's ``run_dir``) is made absolute; log files and
     ``${run_dir}`` resolve against it. ``space=None`` renders the bare deployment.
     """
+    with one_line_errors():
+        return _render(space, deployment, config, run_dir=run_dir)
+
+
+def _render(
+    space: SettingsSource | None,
+    deployment: Deployment,
+    config: Mapping[str, object],
+    *,
+    run_dir: str | Path | None,
+) -> dict[str, ServiceSpec]:
     rd = Path(run_dir).expanduser().resolve() if run_dir is not None else None
     rd = rd if rd is not None else deployment.default_run_dir()
     file = deployment.file_label
@@ -211,4 +224,23 @@ def render(
             manager=svc.resolved_manager(),  # type: ignore[arg-type]
             unit=svc.unit,
         )
+        if svc.resolved_manager() == "systemd":
+            _check_unit_file_values(specs[name], file=file)
     return specs
+
+
+_UNIT_FILE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _check_unit_file_values(spec: ServiceSpec, *, file: str) -> None:
+    """A systemd drop-in cannot carry a newline or control character: refuse the trial's
+    value here, naming the deployment and the service, before any unit is touched."""
+    values = [("argv", a) for a in spec.argv] + [(f"env.{k}", v) for k, v in spec.env.items()]
+    for where, value in values:
+        if _UNIT_FILE_CONTROL.search(value):
+            raise ConfigError(
+                f"{value!r} contains a newline or control character, which the systemd "
+                "drop-in cannot carry (a search-space value? use a wrapper script)",
+                file=file,
+                field=f"services.{spec.name}.{where}",
+            )

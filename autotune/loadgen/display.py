@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from autotune.loadgen.metrics import LatencyStats, Metrics
 
@@ -52,5 +53,5 @@ def metrics_table(metrics: Metrics) -> Table:
     if metrics.errors:
         table.add_section()
         for message, count in metrics.errors.items():
-            table.add_row(f"[red]error x{count}[/red]", message, "", "", "")
+            table.add_row(f"[red]error x{count}[/red]", Text(message), "", "", "")
     return table

@@ -15,10 +15,19 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+from autotune.yamlio import validation_error_to_config_error
 
 SudoPolicy = Literal["auto", "always", "never"]
 SUDO_POLICIES: tuple[str, ...] = ("auto", "always", "never")
@@ -63,15 +72,45 @@ class HostSpec(BaseModel):
         if isinstance(data, Mapping):
             for key in _SECRET_KEYS:
                 if key in data:
-                    raise PydanticCustomError("no_secrets", _NO_SECRETS, {"key": key})
+                    raise PydanticCustomError("no_secrets", _NO_SECRETS, {"key": key, "field": key})
         return data
 
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:%-]+", value):
+        # Never an option: "-oProxyCommand=..." must not reach an ssh command line.
+        if not re.fullmatch(r"[A-Za-z0-9_.:%-]+", value) or value.startswith("-"):
             raise PydanticCustomError(
-                "address", "address {value} must be a host name or IP address", {"value": value}
+                "address",
+                "address {value} must be a host name or IP address",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?", value):
+            raise PydanticCustomError(
+                "user",
+                "user {value} must be a login name (letters, digits, '_', '.', '@', '-'; "
+                "not starting with '-')",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("key_file", "known_hosts", "run_dir", "systemd_unit_dir")
+    @classmethod
+    def _path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and (not value.strip() or re.search(r"[\x00-\x1f\x7f]", value)):
+            raise PydanticCustomError(
+                "path",
+                "{name} must be a path without newlines or control characters",
+                {"name": info.field_name},
+            )
+        if info.field_name == "systemd_unit_dir" and value is not None and value[0] != "/":
+            raise PydanticCustomError(
+                "path", "systemd_unit_dir must be an absolute path (systemd reads no other)", {}
             )
         return value
 
@@ -151,27 +190,8 @@ def parse_hosts(data: object, *, file: str) -> dict[str, HostSpec]:
         try:
             out[name] = HostSpec.model_validate(raw)
         except ValidationError as exc:
-            raise _convert(exc, file=file, name=name) from None
+            raise validation_error_to_config_error(
+                exc, file=file, model=HostSpec, prefix=("hosts", name)
+            ) from None
     validate_hosts(out, file=file)
     return out
-
-
-def _convert(exc: ValidationError, *, file: str, name: str) -> ConfigError:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if isinstance(p, (str, int))]
-    kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    msg = str(err.get("msg", "invalid value"))
-    allowed: list[object] | None = None
-    if kind == "no_secrets":
-        loc = [str(ctx.get("key", "password"))]
-    elif kind == "extra_forbidden":
-        msg = "unknown field"
-        allowed = list(HostSpec.model_fields)
-    elif kind == "literal_error" and loc == ["sudo"]:
-        msg = "invalid sudo policy"
-        allowed = list(SUDO_POLICIES)
-    elif kind == "missing":
-        msg = "required field is missing"
-    field = ".".join(["hosts", name, *loc])
-    return ConfigError(msg, file=file, field=field, allowed=allowed)

@@ -72,7 +72,7 @@ class _Checker:
 
     def run(self) -> tuple[tuple[ParamInfo, ...], tuple[Rule, ...]]:
         model = self.model
-        if not _SERVICE_RE.match(model.name):
+        if not _SERVICE_RE.fullmatch(model.name):
             raise self.fail(
                 "name", f"'{model.name}' is not a valid space name (letters, digits, '.', '_', '-')"
             )
@@ -91,7 +91,7 @@ class _Checker:
     ) -> None:
         seen: set[str] = set()
         for i, item in enumerate(items):
-            if not pattern.match(item):
+            if not pattern.fullmatch(item):
                 raise self.fail(f"{field}[{i}]", f"'{item}' is not a valid name")
             if item in seen:
                 raise self.fail(f"{field}[{i}]", f"'{item}' is listed twice")
@@ -99,7 +99,7 @@ class _Checker:
 
     def check_param_name(self, name: str) -> None:
         field = f"parameters.{name}"
-        if not _NAME_RE.match(name) or keyword.iskeyword(name) or name.startswith("__"):
+        if not _NAME_RE.fullmatch(name) or keyword.iskeyword(name) or name.startswith("__"):
             raise self.fail(
                 field,
                 f"parameter name '{name}' must be an identifier (letters, "
@@ -236,7 +236,7 @@ class _Checker:
             raise self.fail(field, message, allowed=suggestions or None)
 
     def check_env(self, name: str, field: str) -> None:
-        if not _ENV_RE.match(name):
+        if not _ENV_RE.fullmatch(name):
             raise self.fail(field, f"'{name}' is not a valid environment variable name")
 
     def check_target(self, info: ParamInfo, field: str) -> None:
@@ -359,7 +359,7 @@ class _Checker:
     def compile_rule(self, index: int, by_name: Mapping[str, ParamInfo]) -> Rule:
         rule = self.model.forbidden[index]
         field = f"forbidden[{index}]"
-        if not _NAME_RE.match(rule.name):
+        if not _NAME_RE.fullmatch(rule.name):
             raise self.fail(f"{field}.name", f"'{rule.name}' must be an identifier")
         for other in self.model.forbidden[:index]:
             if other.name == rule.name:

@@ -223,7 +223,7 @@ def flag_problem(flag: str, *, allow_unknown: bool = False) -> tuple[str, list[s
     ``allow_unknown`` switches the SGLang list off entirely (only the long-form shape is
     checked): a vLLM flag may well be a prefix of an unrelated SGLang flag.
     """
-    if not _FLAG_RE.match(flag):
+    if not _FLAG_RE.fullmatch(flag):
         return (
             f"'{flag}' is not a long-form flag: it must start with '--' followed by a name "
             "(no '=value', no single-dash short options)",

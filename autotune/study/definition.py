@@ -8,14 +8,34 @@ relative to the file itself, so a study directory can be moved as a whole.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from autotune.yamlio import load_model
+from autotune.errors import ConfigError
+from autotune.yamlio import load_model, one_line
 
 SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2")
 OBJECTIVES = ("throughput", "throughput_vs_tpot")
+MAX_SEED = 2**32 - 1
+"""Optuna's samplers seed numpy, which takes 0 .. 2**32 - 1."""
+MAX_TOKENS = 1 << 20
+"""Longest input or output a load may ask for (prompts are built in memory)."""
+MAX_REQUESTS = 1_000_000
+
+
+def _path(value: Path) -> Path:
+    text = str(value)
+    if text in ("", ".") or any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise PydanticCustomError(
+            "path", "expected the path of a file, got {value}", {"value": repr(text)}
+        )
+    return value
+
+
+FilePath = Annotated[Path, AfterValidator(_path)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class LoadSettings(BaseModel):
@@ -24,19 +44,38 @@ class LoadSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     concurrency: int = Field(16, ge=1, le=4096)
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(32, ge=1)
-    warmup_requests: int | None = Field(None, ge=0)
-    requests: int | None = Field(64, ge=1)
-    duration_s: float | None = Field(None, gt=0)
-    max_duration_s: float = Field(120.0, gt=0)
-    request_timeout_s: float = Field(60.0, gt=0)
+    input_len: int = Field(256, ge=1, le=MAX_TOKENS)
+    output_len: int = Field(32, ge=1, le=MAX_TOKENS)
+    warmup_requests: int | None = Field(None, ge=0, le=MAX_REQUESTS)
+    requests: int | None = Field(64, ge=1, le=MAX_REQUESTS)
+    duration_s: PositiveFinite | None = None
+    max_duration_s: PositiveFinite = 120.0
+    request_timeout_s: PositiveFinite = 60.0
     api: Literal["completions", "chat"] = "completions"
 
     @model_validator(mode="after")
     def _one_stop_rule(self) -> LoadSettings:
         if self.duration_s is not None:
+            if self.duration_s > self.max_duration_s:
+                # The load generator refuses it too, but only once the study has started.
+                raise PydanticCustomError(
+                    "duration",
+                    "duration_s ({duration}) exceeds max_duration_s ({limit}), the hard cap "
+                    "of the measure phase; raise max_duration_s too",
+                    {
+                        "duration": f"{self.duration_s:g}",
+                        "limit": f"{self.max_duration_s:g}",
+                        "field": "duration_s",
+                    },
+                )
             self.requests = None
+        elif self.requests is None:
+            raise PydanticCustomError(
+                "stop_rule",
+                "requests is null and duration_s is not set: set one of them (how many "
+                "requests to measure, or for how many seconds)",
+                {"field": "requests"},
+            )
         return self
 
 
@@ -45,9 +84,9 @@ class SLOSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_p99_ms: float | None = Field(None, gt=0)
-    tpot_p99_ms: float | None = Field(None, gt=0)
-    e2e_p99_ms: float | None = Field(None, gt=0)
+    ttft_p99_ms: PositiveFinite | None = None
+    tpot_p99_ms: PositiveFinite | None = None
+    e2e_p99_ms: PositiveFinite | None = None
     max_error_rate: float = Field(0.0, ge=0, le=1)
 
 
@@ -70,15 +109,15 @@ class StudyDefinition(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     description: str = ""
-    space: Path
-    deployment: Path
+    space: FilePath
+    deployment: FilePath
     objective: Literal["throughput", "throughput_vs_tpot"] = "throughput"
     sampler: Literal["tpe", "random", "grid", "qmc", "nsga2"] = "tpe"
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     load: LoadSettings = Field(default_factory=LoadSettings)  # type: ignore[arg-type]
     slo: SLOSettings = Field(default_factory=SLOSettings)  # type: ignore[arg-type]
     correctness: CorrectnessSettings = Field(default_factory=CorrectnessSettings)  # type: ignore[arg-type]
-    trial_timeout_s: float = Field(1800.0, gt=0)
+    trial_timeout_s: PositiveFinite = 1800.0
     keep_services_running: bool = False
 
     source: Path | None = Field(None, exclude=True)
@@ -94,4 +133,15 @@ def load_study_definition(path: Path) -> StudyDefinition:
     """Load and validate a study file; errors name the file and the field."""
     definition = load_model(path, StudyDefinition)
     definition.source = path.resolve()
+    for field in ("space", "deployment"):
+        target = definition.resolve(getattr(definition, field))
+        if not target.is_file():
+            # Named here, with the study file, rather than later as a file of its own.
+            raise one_line(
+                ConfigError(
+                    f"no such file {str(target)!r} (a relative path is relative to the study file)",
+                    file=str(path),
+                    field=field,
+                )
+            )
     return definition

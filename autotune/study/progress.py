@@ -160,13 +160,13 @@ class RichProgress:
     def trial_finished(self, report: TrialReport) -> None:
         self._last = f"#{report.number}: {report.outcome()}"
         self._best = report.best_text()
-        self._console.print(
-            f"[dim]trial {self._index}/{self._total}[/dim] {self._last}", highlight=False
-        )
+        line = Text(f"trial {self._index}/{self._total}", style="dim")
+        line.append(f" {self._last}")  # text from servers and logs: never parsed as markup
+        self._console.print(line, highlight=False)
         self._refresh()
 
     def message(self, text: str) -> None:
-        self._console.print(scrub_text(text), highlight=False)
+        self._console.print(Text(scrub_text(text)), highlight=False)
 
     def close(self) -> None:
         self._live.stop()

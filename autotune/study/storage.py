@@ -29,7 +29,7 @@ STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 def check_study_name(name: str, *, field: str = "--study") -> str:
     """A study name becomes a file name (``studies/NAME.db``, ``studies/runs/NAME``)."""
-    if not STUDY_NAME.match(name) or ".." in name:
+    if not STUDY_NAME.fullmatch(name) or ".." in name:
         raise ConfigError(
             f"invalid study name {name!r}: use 1-100 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit, without '..'",

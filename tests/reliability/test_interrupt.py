@@ -45,6 +45,7 @@ def test_interrupt_at_any_phase(tmp_path: Path, point: str, signal_name: str) ->
     assert [name for name, _ in run.fired] == [point]
     stop_seconds = run.ended_at - run.fired[0][1]
     assert stop_seconds < STOP_WITHIN_S, f"took {stop_seconds:.1f} s to stop"
+    print(f"{point} {signal_name}: stopped {stop_seconds:.2f} s after the signal")
     assert not left, f"services left running: {left}"
     err = " ".join(run.stderr.split())
     assert "interrupted after" in err

@@ -1,0 +1,83 @@
+"""Every bundled search space, damaged: a SearchSpace or one clear ConfigError naming the
+file, the field and the allowed values; never another exception.
+
+``tests/space/test_space_fuzz.py`` mutates the DeepSeek space and a small one structurally;
+this adds the other bundled spaces, YAML syntax damage, whole-file garbage and the step
+after loading that puts choice values into command lines: rendering trial configurations
+against a deployment (the values must come out verbatim or as a ConfigError).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import optuna
+from fuzz_support import REPO, Case, Corpus, assert_clear, properties, write
+
+from autotune.deployment import Deployment, load_deployment
+from autotune.errors import ConfigError
+from autotune.render import render
+from autotune.space import SearchSpace, check_space, load_space
+from autotune.space.model import PARAM_TYPES, TARGET_KINDS, SpaceFile
+
+CORPUS = Corpus(sorted((REPO / "search_spaces").glob("*.yaml")), SpaceFile)
+CLOSED = {"type": PARAM_TYPES, "target": TARGET_KINDS}
+SIM = load_deployment(REPO / "launchers" / "sim-dsv4-flash-pd.yaml")
+VLLM = Deployment.model_validate(
+    {
+        "name": "vllm",
+        "endpoint": "http://${server.host}:${server.port}",
+        "services": {"server": {"command": ["vllm", "serve", "--port", "${port}"], "port": 8000}},
+    }
+)
+
+
+def _exercise(space: SearchSpace, tmp: Path) -> None:
+    """Use a loaded space the way a study does, up to the rendered command lines."""
+    rng = random.Random(1)
+    deployment = SIM if set(space.services) <= set(SIM.services) else VLLM
+    configs = [space.random_config(rng) for _ in range(3)]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    configs.append(space.complete(space.suggest(study.ask())))
+    if space.has_baseline:
+        space.baseline_params()
+        configs.append(space.baseline_config())
+    for config in configs:
+        space.violations(config)
+        space.config_key(config)
+        specs = render(space, deployment, config, run_dir=tmp / "run")
+        for spec in specs.values():
+            spec.command_line()
+    space.grid()
+
+
+def check_space_file(case: Case) -> None:
+    raw = CORPUS.render(case)
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        path = write(tmp, "fuzzed-space.yaml", raw)
+        try:
+            space = load_space(path)
+        except ConfigError as err:
+            assert_clear(err, path, closed=CLOSED)
+            return
+        str(check_space(path))
+        try:
+            _exercise(space, tmp)
+        except ConfigError as err:
+            text = str(err)
+            assert "\n" not in text and "Traceback" not in text, text
+
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+test_space_files, test_space_files_soak = properties(CORPUS.cases(), check_space_file, examples=150)
+
+
+def test_bases_are_the_bundled_spaces() -> None:
+    """The fuzz starts from every bundled space, each of which renders cleanly."""
+    assert len(CORPUS.files) >= 2
+    with tempfile.TemporaryDirectory() as name:
+        for path in CORPUS.files:
+            _exercise(load_space(path), Path(name))
