@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from autotune.errors import AutotuneError
+from autotune.secrets import scrub_text
 
 DEFAULT_STUDY = "dsv4-flash-sim"
 EXPORT_FORMATS = ("systemd", "env", "command", "json")
@@ -67,7 +68,8 @@ def _friendly(func: F) -> F:
             return func(*args, **kwargs)
         except AutotuneError as exc:
             # Text, not markup: the message quotes what the user wrote ("[/]" included).
-            message = Text.assemble(("error:", "bold red"), " ", _one_line(str(exc)))
+            text = _one_line(scrub_text(str(exc)))  # a driver may quote a password
+            message = Text.assemble(("error:", "bold red"), " ", text)
             err_console.print(message, highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
@@ -117,6 +119,13 @@ def _writing(option: str) -> Iterator[None]:
     except OSError as exc:
         where = f" {exc.filename!r}" if exc.filename else ""
         raise ConfigError(f"cannot write{where}: {exc.strerror or exc}", field=option) from None
+
+
+def _shown(url: str) -> str:
+    """A storage URL without its password."""
+    from autotune.study.storage import display_url
+
+    return display_url(url)
 
 
 def _storage_url(study: str, storage: str | None) -> str:
@@ -173,7 +182,8 @@ def run(
             progress=progress,
         )
         progress.message(
-            f"study {study!r} on {url}: {tuner.completed_count()} completed trials, target {trials}"
+            f"study {study!r} on {_shown(url)}: {tuner.completed_count()} completed "
+            f"trials, target {trials}"
         )
         summary = tuner.run(n_trials=trials)
     finally:
@@ -219,10 +229,17 @@ def best(
     out: Path | None = typer.Option(
         None, "--out", help="Output directory for --export (default: print)."
     ),
+    study_file: Path | None = typer.Option(
+        None,
+        "--study-file",
+        help="Study file whose deployment supplies secret values for --export systemd "
+        "(default: studies/STUDY.yaml when it exists).",
+    ),
 ) -> None:
     """Best feasible trial, its metrics and its gain over the baseline."""
     from autotune.errors import ConfigError
     from autotune.export import export as do_export
+    from autotune.export import redact_trial
     from autotune.results import baseline_trial, best_trial, gain_over_baseline
 
     _check_study(study)
@@ -238,12 +255,24 @@ def best(
         raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
     base = baseline_trial(opened)
     if export is None:
-        _print_best(winner, base, gain_over_baseline(winner, base))
+        _print_best(redact_trial(winner), base, gain_over_baseline(winner, base))
         return
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
+    current = None
+    if export == "systemd" and (study_file or (Path("studies") / f"{study}.yaml")).is_file():
+        # The deployment as it is now holds the secrets the study never stored.
+        from autotune.render import render
+
+        _, space, deployment, run_dir = _deployment_context(study, study_file)
+        current = render(space, deployment, space.complete(winner.config), run_dir=run_dir)
     with _writing("--out"):
-        written = do_export(winner, fmt=export, out_dir=out)  # type: ignore[arg-type]
+        written = do_export(
+            winner,
+            fmt=export,  # type: ignore[arg-type]
+            out_dir=out,
+            current=current,
+        )
     if isinstance(written, str):
         sys.stdout.write(written if written.endswith("\n") else written + "\n")
     else:
@@ -319,7 +348,7 @@ def dashboard(
     _open_existing(study, storage)
     url = _storage_url(study, storage)
     console.print(
-        f"optuna-dashboard on http://{host}:{port} for {url} (Ctrl-C to stop)",
+        f"optuna-dashboard on http://{host}:{port} for {_shown(url)} (Ctrl-C to stop)",
         highlight=False,
         markup=False,
     )

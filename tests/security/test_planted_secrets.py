@@ -234,6 +234,21 @@ def test_no_planted_secret_leaves_the_services(
     assert not {k: v for k, v in leaks.items() if v}, leaks
     assert _leaks(f"x {API_KEY} {key_lines[0]}", canaries)  # the grep itself works
 
+    # With the study file, the export fills the secrets file from the deployment as it is
+    # now (0600), and still no unit or printed line holds a value.
+    filled = tmp_path / "deploy-filled"
+    proc = autotune_cli(
+        "best", "--export", "systemd", "--out", str(filled), *storage,
+        "--study-file", str(study_file), cwd=tmp_path,
+    )  # fmt: skip
+    assert not _leaks(proc.stdout + proc.stderr, canaries)
+    env_files = [p for p in filled.rglob("*.env") if p.is_file()]
+    assert env_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in env_files)
+    assert any(HF_TOKEN in p.read_text() for p in env_files)
+    assert not any("__FILL_IN__" in p.read_text() for p in env_files)
+    others = [p for p in filled.rglob("*") if p.is_file() and p.suffix != ".env"]
+    assert others and not any(_leaks(p.read_bytes(), canaries) for p in others)
+
 
 def test_redaction_off_would_have_been_caught(tmp_path: Path) -> None:
     """Control for the grep: the same canaries stored unredacted are found in the file."""
