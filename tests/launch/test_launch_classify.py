@@ -127,6 +127,8 @@ def test_failure_class_values_match_trial_schema() -> None:
         "readiness_timeout",
         "exited",
         "host_unreachable",
+        "crashed",
+        "trial_timeout",
         "unknown",
     }
     assert str(F.cuda_oom) == "cuda_oom" and F("nccl_error") is F.nccl_error
