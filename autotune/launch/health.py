@@ -12,12 +12,12 @@ second (a wedged proxy, a half-dead process) would otherwise hold a probe foreve
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+
+from autotune.aio import run_sync
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ class HealthProber:
                 return ProbeResult(response.status_code == 200, response.status_code, detail)
 
         try:
-            return _run(asyncio.wait_for(go(), self._total_s))
+            return run_sync(asyncio.wait_for(go(), self._total_s))
         except asyncio.TimeoutError:
             return ProbeResult(False, None, f"no answer within {self._total_s:g} s")
         except httpx.TimeoutException as exc:
@@ -82,7 +82,7 @@ class HealthProber:
                 return await client.get(url)
 
         try:
-            response = _run(asyncio.wait_for(go(), self._total_s))
+            response = run_sync(asyncio.wait_for(go(), self._total_s))
             if response.status_code != 200:
                 return None
             data = response.json()
@@ -98,13 +98,3 @@ class HealthProber:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` from sync code, in a helper thread when this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -11,12 +11,12 @@ operation, so a server that trickles a byte a second would hold a sync call fore
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import httpx
 
+from autotune.aio import run_sync
 from autotune.errors import BenchError
 from autotune.loadgen._http import (
     JSON_HEADERS,
@@ -50,7 +50,7 @@ def probe_text(
     ``timeout_s`` limits each HTTP exchange in total (``/v1/models``, then the request);
     ``deadline`` (a ``time.monotonic()`` instant) limits the whole call.
     """
-    return _run_sync(
+    return run_sync(
         aprobe_text(
             url,
             prompt=prompt,
@@ -145,13 +145,3 @@ def _answer_text(resp: httpx.Response, base: str, api: Api) -> str:
     if not isinstance(text, str):
         raise BenchError(f"probe request to {base}: no text in answer {snippet(resp.content)}")
     return text
-
-
-def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from sync code, even where this thread runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,21 +84,27 @@ def _on_wall_clock(limit_ms: float | None, speedup: float) -> float | None:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the same clean path as Ctrl-C."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
+def _handling(sigs: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
+    """``handler`` for ``sigs`` during the block (signals exist in the main thread only)."""
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in sigs}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt() -> AbstractContextManager[None]:
+    """SIGTERM takes the same clean path as Ctrl-C."""
+    return _handling((signal.SIGTERM,), _raise_interrupt)
 
 
 @contextmanager
@@ -109,20 +115,8 @@ def _deferred_interrupts() -> Iterator[None]:
     short, so the user still sees the run stop within a second.
     """
     received: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        received.append(signum)
-
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
+    with _handling((signal.SIGINT, signal.SIGTERM), lambda signum, frame: received.append(signum)):
         yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
     if received:
         raise KeyboardInterrupt
 

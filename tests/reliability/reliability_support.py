@@ -46,31 +46,29 @@ def run_cli(
     timeout: float = 180,
     extra_env: dict[str, str] | None = None,
 ) -> Run:
-    """``autotune run ARGS`` in ``tmp_path`` (the study's working directory)."""
-    log = tmp_path / "failpoints.log"
-    log.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "COLUMNS": "200",
-        "AUTOTUNE_FAILPOINTS": failpoints,
-        "AUTOTUNE_FAILPOINTS_LOG": str(log),
-        **(extra_env or {}),
-    }
-    url = storage or f"sqlite:///{tmp_path / 'rel.db'}"
-    cmd = [sys.executable, "-m", "autotune", "run", "--study", STUDY, "--storage", url]
-    cmd += ["--study-file", str(study_file), *args]
+    """``autotune run ARGS`` in ``tmp_path`` (the study's working directory), to the end."""
     t0 = time.monotonic()
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    proc = start_cli(
+        tmp_path,
+        *args,
+        failpoints=failpoints,
+        storage=storage,
+        study_file=study_file,
+        extra_env=extra_env,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     ended = time.time()
+    log = tmp_path / "failpoints.log"
     fired = []
     if log.exists():
         for line in log.read_text().splitlines():
             name, when = line.split()
             fired.append((name, float(when)))
-    return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, fired, ended)
+    return Run(proc.returncode, out, err, time.monotonic() - t0, fired, ended)
 
 
 def db_path(tmp_path: Path) -> Path:
