@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest_results import TrialSpec, make_study
+from net_helpers import listeners, stop, wait_listening
 
 from autotune.dashboard import serve_dashboard
 from autotune.errors import ConfigError, StorageError
@@ -30,21 +31,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def listeners(port: int) -> list[str]:
-    """Local addresses in LISTEN state on ``port``, read from /proc/net/tcp{,6} (Linux)."""
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        path = Path(table)
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines()[1:]:
-            fields = line.split()
-            addr, hexport = fields[1].rsplit(":", 1)
-            if fields[3] == "0A" and int(hexport, 16) == port:
-                found.append(addr)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -166,27 +152,6 @@ def _cli_dashboard(db: Path, port: int, *host: str) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], port: int) -> list[str]:
-    deadline = time.monotonic() + 30
-    while not listeners(port):
-        if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
-            pytest.fail(f"autotune dashboard exited early ({proc.returncode}): {out[-2000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail("autotune dashboard did not listen within 30 s")
-        time.sleep(0.1)
-    return listeners(port)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 def test_cli_dashboard_binds_loopback_unless_told(tmp_path: Path) -> None:
     """``autotune dashboard`` for real: 127.0.0.1 by default; ``--host`` is honoured (shown
     with 127.0.0.2, a second loopback address, to stay off the network)."""
@@ -195,16 +160,18 @@ def test_cli_dashboard_binds_loopback_unless_told(tmp_path: Path) -> None:
     port = free_port()
     proc = _cli_dashboard(db, port)
     try:
-        assert set(_wait_listening(proc, port)) == {"0100007F"}
+        assert set(wait_listening(proc, port, what="autotune dashboard")) == {"0100007F"}
     finally:
-        _stop(proc)
+        stop(proc)
     port = free_port()
     proc = _cli_dashboard(db, port, "--host", "127.0.0.2")
     try:
-        assert set(_wait_listening(proc, port)) == {"0200007F"}  # control: the flag is used
+        assert set(wait_listening(proc, port, what="autotune dashboard")) == {
+            "0200007F"
+        }  # control: the flag is used
         assert httpx.get(f"http://127.0.0.2:{port}/api/meta", timeout=10).status_code == 200
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def test_storage_password_is_not_in_the_error() -> None:

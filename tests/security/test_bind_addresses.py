@@ -12,12 +12,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from net_helpers import stop, wait_listening
 
 from autotune.deployment import load_deployment
 from autotune.render import render
@@ -38,21 +38,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def listeners(port: int) -> set[str]:
-    """Local addresses in LISTEN state on ``port`` (IPv4 and IPv6 tables)."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        path = Path(table)
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines()[1:]:
-            fields = line.split()
-            addr, hexport = fields[1].rsplit(":", 1)
-            if fields[3] == "0A" and int(hexport, 16) == port:
-                found.add(addr)
-    return found
-
-
 @contextmanager
 def serving(args: list[str], port: int) -> Iterator[set[str]]:
     """Run ``python -m ARGS`` until it listens on ``port``; yield the listening addresses."""
@@ -65,21 +50,9 @@ def serving(args: list[str], port: int) -> Iterator[set[str]]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not listeners(port):
-            if proc.poll() is not None:
-                pytest.fail(f"{args[0]} exited: {proc.stderr.read() if proc.stderr else ''}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"{args[0]} did not listen on {port}")
-            time.sleep(0.05)
-        yield listeners(port)
+        yield wait_listening(proc, port, what=args[0], timeout_s=20)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
 
 
 SERVER = ["autotune.sim.server", "--model-path", "/models/DeepSeek-V4-Flash", "--tp-size", "4"]
