@@ -189,6 +189,11 @@ def run(
     finally:
         progress.close()
     if summary.interrupted:
+        cut = (
+            "the re-measurement cut short stored nothing and is run again"
+            if summary.in_remeasure
+            else "a trial cut short is recorded as FAIL (interrupted) and its config is retried"
+        )
         if summary.left_running:
             services = (
                 f"Left running: {', '.join(summary.left_running)} (the clean-up was cut short); "
@@ -203,16 +208,16 @@ def run(
             )
         err_console.print(
             f"interrupted after {summary.trials_run} trials this run "
-            f"({summary.trials_total} in the study). The study is consistent: a trial cut short "
-            f"is recorded as FAIL (interrupted) and its config is retried. {services} "
+            f"({summary.trials_total} in the study). The study is consistent: {cut}. {services} "
             f"Resume with the same command: autotune run --trials {trials} --study {study}",
             soft_wrap=True,
             highlight=False,
             markup=False,
         )
         raise typer.Exit(code=130)
+    again = f" and {summary.remeasured} re-measurements" if summary.remeasured else ""
     console.print(
-        f"done: {summary.trials_run} trials run in {summary.seconds:.0f}s; study holds "
+        f"done: {summary.trials_run} trials{again} run in {summary.seconds:.0f}s; study holds "
         f"{summary.trials_total}. Next: autotune best --study {study}",
         soft_wrap=True,
         highlight=False,
@@ -236,11 +241,12 @@ def best(
         "(default: studies/STUDY.yaml when it exists).",
     ),
 ) -> None:
-    """Best feasible trial, its metrics and its gain over the baseline."""
+    """Best feasible configuration (ranked by a lower confidence bound), its metrics, mean +-
+    95% CI over its measurements and its gain over the baseline."""
     from autotune.errors import ConfigError
     from autotune.export import export as do_export
     from autotune.export import redact_trial
-    from autotune.results import baseline_trial, best_trial, gain_over_baseline
+    from autotune.results import baseline_trial, best_estimate
 
     _check_study(study)
     if export is not None and export not in EXPORT_FORMATS:
@@ -250,12 +256,16 @@ def best(
     if out is not None:
         _check_out(out, option="--out", directory=True)
     opened = _open_existing(study, storage)
-    winner = best_trial(opened)
-    if winner is None:
+    estimate = best_estimate(opened)
+    if estimate is None:
         raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
+    winner = estimate.trial
     base = baseline_trial(opened)
     if export is None:
-        _print_best(redact_trial(winner), base, gain_over_baseline(winner, base))
+        gain = None
+        if base is not None and base.feasible and base.throughput:
+            gain = estimate.mean / base.throughput
+        _print_best(redact_trial(winner), base, gain, estimate)
         return
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
@@ -280,14 +290,36 @@ def best(
             console.print(str(path), highlight=False, markup=False)
 
 
-def _print_best(winner: Any, base: Any, gain: float | None) -> None:
+def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:
     from rich.table import Table
+
+    from autotune.results import format_estimate
 
     m = winner.metrics or {}
     table = Table(title=f"best feasible trial #{winner.number}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("output throughput", f"{m.get('output_throughput', 0):,.1f} tok/s")
+    table.add_row("output throughput", format_estimate(estimate))
+    if estimate.half_width is not None:
+        table.add_row(
+            "conservative estimate",
+            f"{estimate.lower:,.1f} tok/s (lower 95% bound, what configurations are ranked by)",
+        )
+        table.add_row(
+            "run-to-run noise",
+            f"{100 * (estimate.noise_sd or 0):.1f}% (pooled over the repeated measurements, "
+            f"{estimate.noise_df} df)",
+        )
+    runs = []
+    for x in estimate.measurements:
+        label = f"trial #{x.of}" if x.repeat == 0 else f"re-run {x.repeat}"
+        if x.full and x.throughput is not None:
+            runs.append(f"{label}: {x.throughput:,.1f}")
+        elif x.aborted:
+            runs.append(f"{label}: aborted early")
+        else:
+            runs.append(f"{label}: {x.failure or 'infeasible'}")
+    table.add_row("measurements (tok/s)", Text("; ".join(runs)))
     if base is not None and base.metrics:
         table.add_row(
             f"baseline (trial #{base.number})",

@@ -26,17 +26,28 @@ from plotly.offline import get_plotlyjs
 
 from autotune.export import redact_trial
 from autotune.results import (
+    ConfigEstimate,
+    Measurement,
     ServiceRecord,
     TrialResult,
     baseline_trial,
-    best_trial,
+    best_estimate,
+    config_estimates,
+    format_estimate,
     gain_over_baseline,
+    load_remeasurements,
     load_results,
 )
 from autotune.secrets import redacted_command
 
-PHASES: tuple[str, ...] = ("restart", "warmup", "measure", "tuner")
-PHASE_LABELS = {"restart": "restart", "warmup": "warm-up", "measure": "measure", "tuner": "tuner"}
+PHASES: tuple[str, ...] = ("restart", "probe", "warmup", "measure", "tuner")
+PHASE_LABELS = {
+    "restart": "restart",
+    "probe": "correctness probe",
+    "warmup": "warm-up",
+    "measure": "measure",
+    "tuner": "tuner",
+}
 MIN_IMPORTANCE_TRIALS = 5
 """Below this many feasible trials importances are noise; the section says so instead."""
 TOP_N = 10
@@ -57,15 +68,18 @@ pre.cfg{white-space:pre;word-break:normal}
 def write_report(study: optuna.Study, *, path: Path) -> Path:
     """Render ``study`` into one HTML file at ``path`` (parent directories created)."""
     results = [redact_trial(r) for r in load_results(study)]
-    best, baseline = best_trial(study), baseline_trial(study)
-    best = redact_trial(best) if best is not None else None
+    winner, baseline = best_estimate(study), baseline_trial(study)
+    best = redact_trial(winner.trial) if winner is not None else None
     baseline = redact_trial(baseline) if baseline is not None else None
+    estimates = config_estimates(study)
+    remeasured = load_remeasurements(study)
     sections = [
-        _summary(study, results, best, baseline),
+        _summary(study, results, best, baseline, winner),
         _pareto(results, best, baseline),
         _history(results),
         _importance(study, results),
-        _time_breakdown(results),
+        _noise(estimates, winner),
+        _time_breakdown(results, remeasured),
         _failures(results),
         _top_table(results, baseline),
     ]
@@ -93,6 +107,7 @@ def _summary(
     results: list[TrialResult],
     best: TrialResult | None,
     baseline: TrialResult | None,
+    winner: ConfigEstimate | None = None,
 ) -> str:
     states = Counter(r.state for r in results)
     names = study.metric_names or ["output_throughput_tok_s"]
@@ -107,7 +122,10 @@ def _summary(
         ("trials", str(len(results))),
         ("by state", ", ".join(f"{k}: {v}" for k, v in sorted(states.items())) or "none"),
         ("feasible", str(sum(r.feasible for r in results))),
+        ("aborted early", str(sum(r.aborted is not None for r in results))),
     ]
+    if winner is not None:
+        rows.append(("winner (all its measurements)", format_estimate(winner)))
     parts = [_section_open("summary", "Summary"), _kv_table(rows)]
     compare: list[tuple[str, TrialResult]] = []
     if baseline is not None:
@@ -296,13 +314,18 @@ def param_importances(study: optuna.Study) -> dict[str, float]:
         return {}
 
 
-def _time_breakdown(results: list[TrialResult]) -> str:
+def _time_breakdown(results: list[TrialResult], remeasured: Sequence[Measurement] = ()) -> str:
+    """Where a trial's time goes: per trial (stacked bars) and over the study (median, mean,
+    total and share of each phase). ``tuner`` is the loop's own time (sampler, storage,
+    journal, rendering, the load generator's set-up); the correctness probe is a request
+    the deployment serves, shown as its own phase."""
     head = _section_open("time", "Time per trial")
     timed = [r for r in results if r.phase_seconds]
     if not timed:
         return head + _note("No trial recorded phase times.") + "</section>"
+    phases = [p for p in PHASES if p != "probe" or any(p in r.phase_seconds for r in timed)]
     fig = go.Figure()
-    for phase in PHASES:
+    for phase in phases:
         fig.add_trace(
             go.Bar(
                 x=[r.number for r in timed],
@@ -311,22 +334,121 @@ def _time_breakdown(results: list[TrialResult]) -> str:
             )
         )
     fig.update_layout(barmode="stack", xaxis_title="trial", yaxis_title="seconds")
-    totals = {p: sum(r.phase_seconds.get(p, 0.0) for r in timed) for p in PHASES}
+    per_phase = {p: [r.phase_seconds.get(p, 0.0) for r in timed] for p in phases}
+    totals = {p: sum(v) for p, v in per_phase.items()}
     grand = sum(totals.values())
+    per_trial = [sum(r.phase_seconds.get(p, 0.0) for p in phases) for r in timed]
     rows = [
         [
             _e(PHASE_LABELS[p]),
-            _num(totals[p] / len(timed)),
+            _num(_median(per_phase[p]), 2),
+            _num(totals[p] / len(timed), 2),
             _num(totals[p]),
             _pct(totals[p] / grand if grand else None),
         ]
-        for p in PHASES
+        for p in phases
     ]
-    rows.append(["<b>all</b>", _num(grand / len(timed)), _num(grand), _pct(1.0)])
-    table = _table(["phase", "mean s / trial", "total s", "share"], rows, numeric={1, 2, 3})
+    rows.append(
+        [
+            "<b>all</b>",
+            _num(_median(per_trial), 2),
+            _num(grand / len(timed), 2),
+            _num(grand),
+            _pct(1.0),
+        ]
+    )
+    table = _table(
+        ["phase", "median s / trial", "mean s / trial", "total s", "share"],
+        rows,
+        numeric={1, 2, 3, 4},
+    )
     overhead = totals["tuner"] / grand if grand else None
-    summary = f"<p>Tuner overhead: <b>{_pct(overhead)}</b> of recorded time.</p>"
+    summary = (
+        f"<p>Tuner overhead: <b>{_pct(overhead)}</b> of recorded time "
+        f"(median {_num(_median(per_phase['tuner']) * 1000, 0)} ms per trial: sampling, "
+        "rendering, the journal and storage writes, the load generator's set-up; the "
+        "correctness probe is a request the deployment serves, shown on its own).</p>"
+    )
+    aborted = [r.phase_seconds.get("measure", 0.0) for r in timed if r.aborted]
+    full = [
+        r.phase_seconds.get("measure", 0.0)
+        for r in timed
+        if not r.aborted and r.phase_seconds.get("measure", 0.0) > 0
+    ]
+    if aborted:
+        summary += (
+            f"<p>{len(aborted)} trial(s) aborted early (clearly below the incumbent): measure "
+            f"phase median {_num(_median(aborted), 2)} s against {_num(_median(full), 2)} s "
+            "for the fully measured ones.</p>"
+        )
+    if remeasured:
+        spent = sum(sum(m.phase_seconds.get(p, 0.0) for p in PHASES) for m in remeasured)
+        summary += (
+            f"<p>Re-measurement: {len(remeasured)} run(s), {_num(spent)} s "
+            f"({_pct(spent / (grand + spent) if grand + spent else None)} of all recorded time; "
+            "not in the table above).</p>"
+        )
     return head + _plot(fig, "plot-time") + table + summary + "</section>"
+
+
+def _noise(estimates: Sequence[ConfigEstimate], winner: ConfigEstimate | None) -> str:
+    """The best configurations with every measurement, mean +- 95% CI and the lower bound
+    the winner is picked by."""
+    head = _section_open("noise", "Noise and re-measurement")
+    eligible = [e for e in estimates if e.n > 0]
+    if not eligible:
+        return head + _note("No fully measured feasible trial.") + "</section>"
+    sd, df = eligible[0].noise_sd, eligible[0].noise_df
+    if sd is None:
+        intro = _note(
+            "No configuration was measured twice yet: confidence intervals are unknown and "
+            "configurations are ranked by their single measurement."
+        )
+    else:
+        intro = (
+            f"<p>Run-to-run noise: <b>{sd * 100:.1f} %</b> (relative standard deviation "
+            f"pooled over the configurations measured more than once, {df} degrees of "
+            "freedom). Configurations are ranked by the lower bound of their 95% confidence "
+            "interval.</p>"
+        )
+    ranked = sorted(eligible, key=lambda e: (-e.lower, e.trial.number))[:TOP_N]
+    rows = []
+    for e in ranked:
+        runs = "; ".join(
+            (f"#{m.of}" if m.repeat == 0 else f"re-run {m.repeat}")
+            + ": "
+            + (
+                f"{m.throughput:,.1f}"
+                if m.full and m.throughput is not None
+                else ("aborted" if m.aborted else str(m.failure or "infeasible"))
+            )
+            for m in e.measurements
+        )
+        mark = " (winner)" if winner is not None and e.trial.number == winner.trial.number else ""
+        rows.append(
+            [
+                _e(f"{e.trial.number}{mark}"),
+                str(e.n),
+                _num(e.mean),
+                "n/a" if e.half_width is None else f"&plusmn; {_num(e.half_width)}",
+                _num(e.lower),
+                _e(runs) + (f"<br><i>{_e(e.flaky)}</i>" if e.flaky else ""),
+            ]
+        )
+    table = _table(
+        ["trial", "n", "mean tok/s", "95% CI", "lower bound", "measurements (tok/s)"],
+        rows,
+        numeric={1, 2, 3, 4},
+    )
+    return head + intro + table + "</section>"
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _failures(results: list[TrialResult]) -> str:
@@ -363,7 +485,7 @@ def _failures(results: list[TrialResult]) -> str:
 def _top_table(results: list[TrialResult], baseline: TrialResult | None) -> str:
     head = _section_open("top", f"Top {TOP_N} feasible trials")
     ranked = sorted(
-        (r for r in results if r.feasible and r.throughput is not None),
+        (r for r in results if r.feasible and r.throughput is not None and r.aborted is None),
         key=lambda r: (-(r.throughput or 0.0), r.number),
     )[:TOP_N]
     if not ranked:
@@ -468,8 +590,8 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
 def _pct(value: float | None) -> str:

@@ -3,10 +3,19 @@
 The study stores every trial the same way (the stored trial schema: values, constraint keys,
 user attributes ``config``, ``services``, ``metrics``, ...). Report and export read trials
 only through :class:`TrialResult`, so a schema change is absorbed here, in one place.
+
+Noise: one measurement of a configuration is one draw (on the simulated deployment each
+server process runs a few percent faster or slower than the model, and that does not
+average out within a run). The best single-run figure of a study is therefore biased up and
+often not the best configuration. So the winner is picked per configuration from all its
+measurements (the trial plus its re-measurements, stored as study attributes
+``remeasure:N:R``) by a lower 95% confidence bound (:class:`ConfigEstimate`), with the
+study's run-to-run noise pooled over every configuration measured more than once.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +29,8 @@ from autotune.errors import StorageError
 
 THROUGHPUT = "output_throughput_tok_s"
 TPOT_P99 = "tpot_p99_ms"
+REMEASURE_PREFIX = "remeasure:"
+"""Study user attribute ``remeasure:N:R``: re-measurement R (1, 2, ...) of trial N's config."""
 
 ConfigValue = bool | int | float | str
 
@@ -64,6 +75,9 @@ class TrialResult(BaseModel):
     log_tail: str = ""
     is_baseline: bool = False
     reused_from: int | None = None
+    aborted: str | None = None
+    """Why the measure phase was cut short (clearly below the incumbent): the values are a
+    partial estimate and the trial never wins unless re-measured."""
     effective: dict[str, Any] = Field(default_factory=dict)
     overrides: list[str] = Field(default_factory=list)
     deployment: str | None = None
@@ -110,6 +124,7 @@ class TrialResult(BaseModel):
                 log_tail=str(attrs.get("log_tail") or ""),
                 is_baseline=bool(attrs.get("is_baseline", False)),
                 reused_from=attrs.get("reused_from"),
+                aborted=attrs.get("aborted") or None,
                 effective=attrs.get("effective") or {},
                 overrides=[str(o) for o in attrs.get("overrides") or []],
                 deployment=attrs.get("deployment"),
@@ -143,9 +158,14 @@ def load_results(study: optuna.Study) -> list[TrialResult]:
 
 
 def pareto_front(study: optuna.Study) -> list[TrialResult]:
-    """Feasible COMPLETE trials not dominated by another (by the study's directions)."""
+    """Feasible, fully measured (not early-aborted) COMPLETE trials not dominated by another
+    (by the study's directions)."""
     directions = study.directions
-    candidates = [t for t in study.get_trials(deepcopy=False) if feasible(t)]
+    candidates = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if feasible(t) and not t.user_attrs.get("aborted")
+    ]
     front = [
         t
         for t in candidates
@@ -155,24 +175,33 @@ def pareto_front(study: optuna.Study) -> list[TrialResult]:
 
 
 def best_trial(study: optuna.Study) -> TrialResult | None:
-    """The trial to deploy: highest throughput among feasible COMPLETE trials.
+    """The trial to deploy: the configuration with the highest conservative throughput.
 
-    Multi-objective studies pick from the feasible Pareto front; ties go to the lower TPOT
-    p99, then to the earlier trial. ``None`` when no trial is feasible.
+    Single objective: every feasible, fully measured configuration is ranked by
+    :attr:`ConfigEstimate.lower` (its mean when the study has no repeated measurement, so
+    then simply the highest throughput); an early-aborted trial is not a candidate unless
+    re-measured, nor is a configuration whose re-measurement failed. Multi-objective studies
+    pick from the feasible Pareto front the same way. Ties go to the lower TPOT p99, then to
+    the earlier trial. ``None`` when no trial qualifies.
     """
-    if len(study.directions) == 1:
-        pool = [r for r in load_results(study) if r.feasible]
-    else:
-        pool = pareto_front(study)
-    pool = [r for r in pool if r.throughput is not None]
-    if not pool:
+    best = best_estimate(study)
+    return best.trial if best is not None else None
+
+
+def best_estimate(study: optuna.Study) -> ConfigEstimate | None:
+    """The winning configuration's estimate (see :func:`best_trial`)."""
+    estimates = [e for e in config_estimates(study) if e.eligible]
+    if len(study.directions) > 1:
+        front = {r.number for r in pareto_front(study)}
+        estimates = [e for e in estimates if e.trial.number in front]
+    if not estimates:
         return None
     return min(
-        pool,
-        key=lambda r: (
-            -(r.throughput or 0.0),
-            r.tpot_p99_ms if r.tpot_p99_ms is not None else math.inf,
-            r.number,
+        estimates,
+        key=lambda e: (
+            -e.lower,
+            e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf,
+            e.trial.number,
         ),
     )
 
@@ -277,3 +306,221 @@ def _dominates(
         if x > y:
             better = True
     return better
+
+
+# --- noise: re-measurements and confidence intervals ------------------------------------
+
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+"""Student t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals)."""
+
+
+def t975(df: int) -> float:
+    """Student t 97.5% quantile (no SciPy at run time: a table, then Cornish-Fisher)."""
+    if df < 1:
+        raise ValueError("degrees of freedom must be >= 1")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959963984540054
+    v = float(df)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
+
+
+def remeasure_key(number: int, repeat: int) -> str:
+    return f"{REMEASURE_PREFIX}{number}:{repeat}"
+
+
+class Measurement(BaseModel):
+    """One measurement of a configuration: its trial, or a re-measurement of it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    of: int
+    """The trial whose configuration was measured."""
+    repeat: int = 0
+    """0 for the trial itself, 1, 2, ... for re-measurements."""
+    throughput: float | None = None
+    tpot_p99_ms: float | None = None
+    feasible: bool = False
+    failure: str | None = None
+    reason: str = ""
+    aborted: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def full(self) -> bool:
+        """A feasible measurement that ran to its end (usable for the estimate)."""
+        return self.feasible and self.aborted is None and self.throughput is not None
+
+
+def load_remeasurements(study: optuna.Study) -> list[Measurement]:
+    """Every re-measurement stored on the study (``remeasure:N:R``), by (N, R)."""
+    out = []
+    for key, raw in study.user_attrs.items():
+        if not key.startswith(REMEASURE_PREFIX) or not isinstance(raw, Mapping):
+            continue
+        try:
+            out.append(
+                Measurement(
+                    of=int(raw["of"]),
+                    repeat=int(raw["repeat"]),
+                    throughput=_metric(raw.get("metrics") or {}, "output_throughput"),
+                    tpot_p99_ms=_metric(raw.get("metrics") or {}, "tpot_ms", "p99"),
+                    feasible=bool(raw.get("feasible")),
+                    failure=raw.get("failure"),
+                    reason=str(raw.get("reason") or ""),
+                    metrics=raw.get("metrics") or {},
+                    phase_seconds=_phase_seconds(raw.get("phase_seconds")),
+                )
+            )
+        except (KeyError, TypeError, ValueError, ValidationError) as exc:
+            raise StorageError(
+                f"study attribute {key}: not a re-measurement record: {exc}"
+            ) from exc
+    return sorted(out, key=lambda m: (m.of, m.repeat))
+
+
+class ConfigEstimate(BaseModel):
+    """All measurements of one configuration and what they say about its throughput."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial: TrialResult
+    """The trial that first measured it (what ``best`` shows and exports)."""
+    measurements: list[Measurement]
+    """The trial's own measurement first, then its re-measurements."""
+    n: int
+    """Full, feasible measurements behind :attr:`mean`."""
+    mean: float
+    half_width: float | None
+    """95% confidence half-width (t-based, the study's pooled run-to-run noise); ``None``
+    while the study has no repeated measurement to estimate that noise from."""
+    noise_sd: float | None = None
+    """The study's pooled relative run-to-run standard deviation (0.03 = 3%)."""
+    noise_df: int = 0
+    flaky: str | None = None
+    """Set when a re-measurement failed or violated a constraint: never the winner."""
+
+    @property
+    def lower(self) -> float:
+        """The conservative estimate ``best`` ranks by: the lower 95% confidence bound
+        (the mean itself while the noise is unknown)."""
+        return self.mean - (self.half_width or 0.0)
+
+    @property
+    def remeasured(self) -> int:
+        return sum(1 for m in self.measurements if m.repeat > 0)
+
+    @property
+    def eligible(self) -> bool:
+        return self.n > 0 and self.flaky is None and self.trial.feasible
+
+
+def _own_measurement(r: TrialResult) -> Measurement:
+    return Measurement(
+        of=r.number,
+        throughput=r.throughput,
+        tpot_p99_ms=r.tpot_p99_ms,
+        feasible=r.feasible,
+        failure=r.failure,
+        reason=r.reason,
+        aborted=r.aborted,
+        metrics=r.metrics,
+        phase_seconds=r.phase_seconds,
+    )
+
+
+def noise_level(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+    """Pooled relative standard deviation of repeated measurements, and its degrees of freedom.
+
+    Relative because the noise is multiplicative (a process runs x% fast or slow), so one
+    figure serves every configuration, measured once or many times.
+    """
+    ss = 0.0
+    df = 0
+    for values in groups:
+        if len(values) < 2:
+            continue
+        mean = sum(values) / len(values)
+        if mean <= 0:
+            continue
+        ss += sum((v / mean - 1.0) ** 2 for v in values)
+        df += len(values) - 1
+    return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
+def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
+    """One estimate per measured configuration (COMPLETE trials not reused from another).
+
+    A configuration's measurements are its trial's (unless early-aborted: a measurement cut
+    short because it looked low is biased low) and its re-measurements.
+    """
+    results = [r for r in load_results(study) if r.complete and r.reused_from is None]
+    extra: dict[int, list[Measurement]] = {}
+    for m in load_remeasurements(study):
+        extra.setdefault(m.of, []).append(m)
+    rows = []
+    for r in results:
+        if not r.feasible:
+            continue
+        ms = [_own_measurement(r), *extra.get(r.number, [])]
+        rows.append((r, ms, [m.throughput for m in ms if m.full and m.throughput is not None]))
+    sd, df = noise_level([values for _, _, values in rows])
+    out = []
+    for r, ms, values in rows:
+        bad = next((m for m in ms if m.repeat > 0 and not m.feasible), None)
+        flaky = None
+        if bad is not None:
+            why = f"{bad.failure}: {bad.reason}" if bad.failure else "a constraint was violated"
+            flaky = f"re-measurement {bad.repeat} failed ({why})"[:300]
+        n = len(values)
+        mean = sum(values) / n if n else (r.throughput or 0.0)
+        half = t975(df) * sd * mean / math.sqrt(n) if sd is not None and n else None
+        out.append(
+            ConfigEstimate(
+                trial=r,
+                measurements=ms,
+                n=n,
+                mean=mean,
+                half_width=half,
+                noise_sd=sd,
+                noise_df=df,
+                flaky=flaky,
+            )
+        )
+    return out
+
+
+def remeasure_candidates(study: optuna.Study, top_k: int) -> list[ConfigEstimate]:
+    """The ``top_k`` distinct feasible, fully measured configurations by mean throughput."""
+    seen: set[str] = set()
+    ranked = sorted(
+        (e for e in config_estimates(study) if e.eligible),
+        key=lambda e: (-e.mean, e.trial.number),
+    )
+    out = []
+    for e in ranked:
+        key = json.dumps(e.trial.config, sort_keys=True, default=str) if e.trial.config else ""
+        if key and key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+        if len(out) >= top_k:
+            break
+    return out
+
+
+def format_estimate(e: ConfigEstimate, unit: str = "tok/s") -> str:
+    """``931.2 +- 18.4 tok/s (95% CI, n=2)``, or ``(n=1, CI unknown)`` without a noise figure."""
+    if e.half_width is None:
+        return f"{e.mean:,.1f} {unit} (n={e.n}, CI unknown: no repeated measurement yet)"
+    return f"{e.mean:,.1f} +- {e.half_width:,.1f} {unit} (95% CI, n={e.n})"

@@ -194,3 +194,35 @@ def test_multi_objective_study_with_random_sampler(tmp_path: Path) -> None:
     assert all(t.values is not None and len(t.values) == 2 for t in study.trials)
     best = autotune_cli("best", "--study", "mo", "--storage", f"sqlite:///{db}", cwd=tmp_path)
     assert "best feasible trial" in best.stdout
+
+
+def test_best_prints_mean_ci_and_n_and_ranks_by_the_lower_bound(tmp_path: Path) -> None:
+    from conftest_results import BASELINE_PARAMS, TrialSpec, make_study
+
+    from autotune.results import remeasure_key
+
+    def params(mem: float) -> dict[str, object]:
+        return {**BASELINE_PARAMS, "mem_fraction_static": mem}
+
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(throughput=25.0, is_baseline=True, params=params(0.88)),
+            TrialSpec(throughput=1000.0, params=params(0.70)),  # one lucky run
+            TrialSpec(throughput=980.0, params=params(0.71)),
+            TrialSpec(throughput=500.0, params=params(0.72)),
+        ],
+    )
+    for of, value in ((2, 990.0), (3, 520.0)):
+        study.set_user_attr(
+            remeasure_key(of, 1),
+            {"of": of, "repeat": 1, "feasible": True, "metrics": {"output_throughput": value}},
+        )
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    out = autotune_cli("best", "--study", "autotune-test", "--storage", url, cwd=tmp_path)
+    text = " ".join(out.stdout.split())
+    assert "best feasible trial #2" in text
+    assert "985.0 +- " in text and "(95% CI, n=2)" in text
+    assert "conservative estimate" in text and "lower 95% bound" in text
+    assert "trial #2: 980.0; re-run 1: 990.0" in text
+    assert "│ gain over baseline │ 39.4x" in text  # the mean over the baseline's 25 tok/s

@@ -17,7 +17,7 @@ from autotune.report import write_report
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
-SECTIONS = ["summary", "pareto", "history", "importance", "time", "failures", "top"]
+SECTIONS = ["summary", "pareto", "history", "importance", "noise", "time", "failures", "top"]
 PLOTS = ["plot-pareto", "plot-history", "plot-importance", "plot-time"]
 PLANTED = '<script>alert("pwned")</script><i id="pwned">x</i>'
 CHROMIUM = next(
@@ -254,3 +254,45 @@ def test_report_renders_in_headless_chromium(
         assert re.search(r'class="(point|bars?|trace [a-z]+)', block), plot_id
     assert '<i id="pwned"' not in dom  # the planted markup stayed text
     assert "&lt;script&gt;alert" in dom
+
+
+def test_noise_section_and_time_breakdown_with_probe_aborts_and_re_measurements(
+    tmp_path: Path,
+) -> None:
+    from conftest_results import BASELINE_PARAMS
+
+    from autotune.results import remeasure_key
+
+    def spec(thr: float, mem: float, measure: float) -> TrialSpec:
+        phases = {"restart": 1.0, "probe": 0.2, "warmup": 1.0, "measure": measure, "tuner": 0.05}
+        params = {**BASELINE_PARAMS, "mem_fraction_static": mem}
+        return TrialSpec(throughput=thr, params=params, phase_seconds=phases)
+
+    study = make_study(tmp_path, [spec(900.0, 0.70, 2.0), spec(950.0, 0.71, 2.0)])
+    aborted = frozen_trial(spec(300.0, 0.72, 0.5), multi=False)
+    aborted.user_attrs["aborted"] = "upper 95% bound 330 < 0.9 x incumbent #1"
+    study.add_trial(aborted)
+    for of, repeat, value in ((0, 1, 910.0), (1, 1, 940.0)):
+        study.set_user_attr(
+            remeasure_key(of, repeat),
+            {
+                "of": of,
+                "repeat": repeat,
+                "feasible": True,
+                "metrics": {"output_throughput": value},
+                "phase_seconds": {"restart": 1.5, "probe": 0.2, "warmup": 1.0, "measure": 2.0},
+            },
+        )
+    page = parse(write_report(study, path=tmp_path / "r.html"))
+    assert list(page.sections) == SECTIONS
+    noise = " ".join(page.sections["noise"].split())
+    assert "Run-to-run noise" in noise and "1 degrees of freedom" not in noise
+    assert "945.0" in noise and "± " in noise  # mean of trial 1 and its re-run
+    assert "1 (winner)" in noise and "re-run 1: 940.0" in noise
+    summary = page.sections["summary"]
+    assert "aborted early1" in summary and "945.0 +- " in summary and "n=2" in summary
+    time = " ".join(page.sections["time"].split())
+    assert "correctness probe" in time and "median s / trial" in time
+    assert "1 trial(s) aborted early" in time and "0.50 s against 2.00 s" in time
+    assert "Re-measurement: 2 run(s), 9.4 s" in time
+    assert "300.0" not in page.sections["top"]  # a partial estimate is not ranked

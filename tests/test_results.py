@@ -19,11 +19,18 @@ from autotune.errors import StorageError
 from autotune.results import (
     TrialResult,
     baseline_trial,
+    best_estimate,
     best_trial,
+    config_estimates,
     feasible,
+    format_estimate,
     gain_over_baseline,
+    load_remeasurements,
     load_results,
     pareto_front,
+    remeasure_candidates,
+    remeasure_key,
+    t975,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -210,3 +217,124 @@ def test_trial_without_autotune_attributes_is_still_readable(tmp_path: Path) -> 
     (result,) = load_results(study)
     assert isinstance(result, TrialResult)
     assert result.throughput == 42.0 and result.services == {} and result.feasible
+
+
+# --- noise: re-measurements, confidence intervals, early-aborted trials ------------------
+
+
+def _remeasure(
+    study: optuna.Study, of: int, repeat: int, throughput: float, **extra: object
+) -> None:
+    """A re-measurement record as the runner stores it (study attribute remeasure:N:R)."""
+    record = {
+        "of": of,
+        "repeat": repeat,
+        "values": [throughput],
+        "feasible": True,
+        "failure": None,
+        "reason": None,
+        "metrics": {"output_throughput": throughput, "tpot_ms": {"p99": 20.0}},
+        "phase_seconds": {"restart": 1.0, "probe": 0.1, "warmup": 1.0, "measure": 2.0},
+        **extra,
+    }
+    study.set_user_attr(remeasure_key(of, repeat), record)
+
+
+def _params(mem: float) -> dict[str, object]:
+    return {**BASELINE_PARAMS, "mem_fraction_static": mem}
+
+
+def test_t_quantiles_match_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 10, 29, 30, 31, 40, 60, 120, 1000):
+        assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=2e-4), df
+
+
+def test_without_repeats_the_ci_is_unknown_and_ranking_is_by_the_single_run(
+    tmp_path: Path,
+) -> None:
+    study = make_study(tmp_path, [TrialSpec(throughput=700.0), TrialSpec(throughput=710.0)])
+    estimates = {e.trial.number: e for e in config_estimates(study)}
+    assert estimates[1].half_width is None and estimates[1].lower == 710.0
+    assert "CI unknown" in format_estimate(estimates[1])
+    best = best_estimate(study)
+    assert best is not None and best.trial.number == 1
+
+
+def test_best_ranks_by_the_lower_confidence_bound(tmp_path: Path) -> None:
+    """A single lucky run loses to a slightly lower configuration measured twice."""
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(throughput=1000.0, params=_params(0.70)),  # #0: one run
+            TrialSpec(throughput=980.0, params=_params(0.71)),  # #1: re-measured at 990
+            TrialSpec(throughput=500.0, params=_params(0.72)),  # #2: re-measured at 520
+        ],
+    )
+    _remeasure(study, 1, 1, 990.0)
+    _remeasure(study, 2, 1, 520.0)
+    est = {e.trial.number: e for e in config_estimates(study)}
+    # pooled relative SD over #1 and #2, 2 degrees of freedom
+    ss = 2 * (10 / 1970) ** 2 + 2 * (20 / 1020) ** 2
+    sd = (ss / 2) ** 0.5
+    assert est[1].noise_sd == pytest.approx(sd) and est[1].noise_df == 2
+    assert est[1].n == 2 and est[1].mean == pytest.approx(985.0)
+    assert est[1].half_width == pytest.approx(t975(2) * sd * 985.0 / 2**0.5)
+    assert est[0].n == 1 and est[0].half_width == pytest.approx(t975(2) * sd * 1000.0)
+    assert est[0].mean > est[1].mean and est[1].lower > est[0].lower
+    best = best_trial(study)
+    assert best is not None and best.number == 1
+    assert "+- " in format_estimate(est[1]) and "n=2" in format_estimate(est[1])
+    assert [e.trial.number for e in remeasure_candidates(study, 2)] == [0, 1]
+
+
+def test_an_aborted_trial_never_wins_unless_re_measured(tmp_path: Path) -> None:
+    study = make_study(tmp_path, [TrialSpec(throughput=700.0), TrialSpec(throughput=900.0)])
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=950.0,  # a partial estimate, highest of all
+            params={"mem_fraction_static": 0.8},
+            distributions={
+                "mem_fraction_static": optuna.distributions.FloatDistribution(0.7, 0.95)
+            },
+            user_attrs={
+                "config": {"mem_fraction_static": 0.8},
+                "failure": None,
+                "aborted": "upper 95% bound 960 < 0.9 x incumbent",
+                "metrics": {"output_throughput": 950.0},
+            },
+        )
+    )
+    results = load_results(study)
+    assert results[2].aborted and results[2].feasible
+    best = best_trial(study)
+    assert best is not None and best.number == 1
+    assert 2 not in {e.trial.number for e in remeasure_candidates(study, 3)}
+    assert 2 not in {r.number for r in pareto_front(study)}
+    # Its partial (aborted) estimate is not a measurement; a full re-measurement is.
+    _remeasure(study, 2, 1, 1200.0)
+    (aborted,) = [e for e in config_estimates(study) if e.trial.number == 2]
+    assert aborted.n == 1 and aborted.mean == 1200.0
+    best = best_trial(study)
+    assert best is not None and best.number == 2
+
+
+def test_a_failed_re_measurement_excludes_the_configuration(tmp_path: Path) -> None:
+    study = make_study(tmp_path, [TrialSpec(throughput=700.0), TrialSpec(throughput=900.0)])
+    _remeasure(study, 1, 1, 0.0, feasible=False, failure="crashed", reason="decode died")
+    (flaky,) = [e for e in config_estimates(study) if e.trial.number == 1]
+    assert flaky.flaky is not None and "crashed" in flaky.flaky and not flaky.eligible
+    best = best_trial(study)
+    assert best is not None and best.number == 0
+
+
+def test_re_measurements_are_not_trials(tmp_path: Path) -> None:
+    study = make_study(tmp_path, [TrialSpec(throughput=700.0)])
+    _remeasure(study, 0, 1, 720.0)
+    _remeasure(study, 0, 2, 690.0)
+    assert len(load_results(study)) == 1
+    assert [(m.of, m.repeat) for m in load_remeasurements(study)] == [(0, 1), (0, 2)]
+    study.set_user_attr(remeasure_key(0, 3), "garbage")  # not a record: ignored
+    study.set_user_attr(remeasure_key(0, 4), {"repeat": 4})
+    with pytest.raises(StorageError, match="remeasure:0:4"):
+        load_remeasurements(study)

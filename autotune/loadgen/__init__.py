@@ -7,7 +7,8 @@ raw per-request records and the metrics derived from them (DOMAIN.md §3);
 
 from __future__ import annotations
 
-from autotune.loadgen.client import BenchResult, arun_load, run_load
+from autotune.loadgen.client import AbortRule, BenchResult, arun_load, run_load
+from autotune.loadgen.estimate import LiveEstimate
 from autotune.loadgen.metrics import (
     LatencyStats,
     Metrics,
@@ -23,8 +24,10 @@ from autotune.loadgen.sse import SSEEvent, SSEParser
 
 __all__ = [
     "SLO",
+    "AbortRule",
     "BenchResult",
     "LatencyStats",
+    "LiveEstimate",
     "LoadSpec",
     "Metrics",
     "RequestRecord",

@@ -1,13 +1,17 @@
-"""The closed-loop streaming client: C workers over one keep-alive httpx client.
+"""The closed-loop streaming client: C workers, each on its own keep-alive connection.
 
 Each worker sends its next request when its previous one finishes (closed loop), so the
 server never sees more than C requests of ours. Warm-up requests run first and are
 discarded (any warm-up error aborts: a server that cannot answer warm-up is not worth
-measuring); then the measure phase runs by request count or by duration. Warm-up and
+measuring); then the measure phase runs by request count, by duration, or adaptively until
+the throughput's confidence interval is tight enough (``target_rel_ci``). Warm-up and
 measure are each hard-capped at ``max_duration_s``, every request at ``request_timeout_s``
 in total, and the whole call at the caller's ``deadline``: nothing a server does (hang,
-drip bytes, crash, garbage) keeps a trial waiting unboundedly. The hot path per network
-read is one ``perf_counter()``, one SSE split and one ``json.loads`` per event.
+drip bytes, crash, garbage) keeps a trial waiting unboundedly.
+
+Hot path: the HTTP framing is :mod:`autotune.loadgen.transport` (one callback per network
+read); per read one ``perf_counter()``, one SSE split and one C-scanner JSON parse per
+event. That is what lets one core follow 256 streams at tens of thousands of chunks/s.
 """
 
 from __future__ import annotations
@@ -35,15 +39,19 @@ from autotune.loadgen._http import (
     snippet,
     unreachable,
 )
+from autotune.loadgen.estimate import LiveEstimate, ThroughputTracker
 from autotune.loadgen.metrics import Metrics, compute_metrics
 from autotune.loadgen.records import RequestRecord
 from autotune.loadgen.spec import LoadSpec
 from autotune.loadgen.sse import SSEParser
-from autotune.loadgen.transport import WORKER, WorkerTransport
+from autotune.loadgen.transport import Endpoint, WorkerConnection
 
 PhaseCallback = Callable[[str], None]
 ProgressCallback = Callable[[int, int], None]
+AbortRule = Callable[[LiveEstimate], "str | None"]
 
+ESTIMATE_INTERVAL_S = 0.25
+"""How often the live estimate is updated (target check and ``abort_if``) while measuring."""
 TOKEN_ID_RANGE = (1000, 30000)
 """Random prompt token ids stay inside every common vocabulary and away from specials."""
 _WORD_TEXT = (
@@ -59,8 +67,14 @@ _WORDS = _WORD_TEXT.split()
 _DONE = b"[DONE]"
 _SCAN = c_make_scanner(json.JSONDecoder()) if c_make_scanner else None
 """C JSON scanner without ``json.loads``' encoding detection and whitespace regex (2x faster)."""
-_STREAM_HEADERS = {**JSON_HEADERS, "accept-encoding": "identity"}
+_STREAM_HEADERS = {
+    "Content-Type": JSON_HEADERS["content-type"],
+    "Accept": JSON_HEADERS["accept"],
+    "Accept-Encoding": "identity",
+    "User-Agent": "autotune-loadgen",
+}
 _CONNECT_TIMEOUT_S = 10.0
+_ERROR_BODY_BYTES = 4096
 
 
 class BenchResult(BaseModel):
@@ -74,7 +88,13 @@ class BenchResult(BaseModel):
     measure_seconds: float
     model: str
     stop_reason: str | None = None
-    """Why the measure phase ended early (``max_duration_s`` cap, failure streak), if so."""
+    """Why the measure phase ended early or adaptively (``max_duration_s`` cap, failure
+    streak, ``target CI reached``, ``aborted: ...``), if so."""
+    aborted: str | None = None
+    """The reason ``abort_if`` gave, when it cut the measure phase."""
+    estimate: LiveEstimate | None = None
+    """The last live estimate (throughput and its CI) when it was tracked
+    (``target_rel_ci`` or ``abort_if`` given)."""
 
 
 class _Bodies:
@@ -162,89 +182,116 @@ def _text_of(obj: Any, chat: bool) -> str | None:
     return text  # type: ignore[no-any-return]
 
 
-async def _stream(
-    client: httpx.AsyncClient, path: str, body: bytes, att: _Attempt, chat: bool
-) -> None:
-    async with client.stream("POST", path, content=body, headers=_STREAM_HEADERS) as resp:
-        att.status = resp.status_code
-        if resp.status_code != 200:
-            att.error = f"HTTP {resp.status_code}: {snippet(await resp.aread())}"
-            return
-        parser = SSEParser()
-        feed = parser.feed
-        times = att.chunk_times
-        pieces = att.pieces
-        scan = _SCAN
+class _Stream:
+    """The body sink of one streamed request: SSE events -> chunk times, text, usage."""
+
+    __slots__ = ("att", "chat", "parser", "first", "ctype", "err_body", "tracker")
+
+    def __init__(self, att: _Attempt, chat: bool, tracker: ThroughputTracker | None) -> None:
+        self.att = att
+        self.chat = chat
+        self.parser = SSEParser()
+        self.first = b""
+        self.ctype = "none"
+        self.err_body: bytearray | None = None
+        self.tracker = tracker
+
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.att.status = status
+        self.ctype = headers.get("content-type", "none")
+        if status != 200:
+            self.err_body = bytearray()
+
+    def data(self, raw: bytes) -> bool:
+        """One network read of body bytes; True stops the response (an error is recorded)."""
+        if self.err_body is not None:
+            if len(self.err_body) < _ERROR_BODY_BYTES:
+                self.err_body += raw
+            return False
+        att = self.att
+        if att.done_time is not None:
+            return False  # after [DONE]: the rest is drained so the connection is reused
+        now = perf_counter()
+        if not self.first:
+            self.first = raw
+        texts = 0
         data = b""
-        first = b""
         try:
-            async for raw in resp.aiter_raw():  # identity encoding requested: raw == body
-                now = perf_counter()
-                if not first:
-                    first = raw
-                for data, _event in feed(raw):
-                    if att.done_time is not None or not data:
-                        continue  # drain after [DONE] so the connection is reused
-                    if data == _DONE:
-                        att.done_time = now
-                        continue
-                    try:
-                        obj = scan(data.decode(), 0)[0] if scan else json.loads(data)
-                    except (ValueError, StopIteration, RecursionError):
-                        raise _Malformed("not JSON") from None
-                    if type(obj) is dict:
-                        err = obj.get("error")
-                        if err is not None:
-                            att.error = f"server error: {error_text(err)}"
-                            return
-                    text = _text_of(obj, chat)
-                    if text:
-                        times.append(now)
-                        pieces.append(text)
-                    usage = obj.get("usage")
-                    if usage:
-                        if type(usage) is not dict:
-                            raise _Malformed(f"'usage' is {type(usage).__name__}, not an object")
-                        att.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-                        att.completion_tokens = _int_or_none(usage.get("completion_tokens"))
-            now = perf_counter()
-            for data, _event in parser.close():
-                if data == _DONE and att.done_time is None:
+            for data in self.parser.feed_data(raw):
+                if not data:
+                    continue
+                if data == _DONE:
                     att.done_time = now
+                    break
+                try:
+                    obj = _SCAN(data.decode(), 0)[0] if _SCAN else json.loads(data)
+                except (ValueError, StopIteration, RecursionError):
+                    raise _Malformed("not JSON") from None
+                if type(obj) is dict and obj.get("error") is not None:
+                    att.error = f"server error: {error_text(obj['error'])}"
+                    return True
+                text = _text_of(obj, self.chat)
+                if text:
+                    att.chunk_times.append(now)
+                    att.pieces.append(text)
+                    texts += 1
+                usage = obj.get("usage")
+                if usage:
+                    if type(usage) is not dict:
+                        raise _Malformed(f"'usage' is {type(usage).__name__}, not an object")
+                    att.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+                    att.completion_tokens = _int_or_none(usage.get("completion_tokens"))
         except _Malformed as exc:
             att.error = f"malformed event ({exc}): {snippet(data)}"
+            return True
+        finally:
+            if texts and self.tracker is not None:
+                self.tracker.chunks(now, texts)
+        return False
+
+    def finish(self) -> None:
+        """The response ended (cleanly): settle ``[DONE]`` and the error, if any."""
+        att = self.att
+        if self.err_body is not None:
+            att.error = f"HTTP {att.status}: {snippet(bytes(self.err_body))}"
             return
+        if att.error is not None or att.done_time is not None:
+            return
+        now = perf_counter()
+        for data, _event in self.parser.close():
+            if data == _DONE and att.done_time is None:
+                att.done_time = now
         if att.done_time is None:
             att.error = "stream ended before 'data: [DONE]'"
-            if not first:
+            if not self.first:
                 att.error += " (empty body)"
-            elif not pieces and not first.lstrip().startswith((b"data", b":", b"event")):
-                ctype = resp.headers.get("content-type", "none")
-                att.error += f" (not an event stream: content-type {ctype}; {snippet(first)})"
+            elif not att.pieces and not self.first.lstrip().startswith((b"data", b":", b"event")):
+                att.error += (
+                    f" (not an event stream: content-type {self.ctype}; {snippet(self.first)})"
+                )
 
 
 async def _request(
-    client: httpx.AsyncClient,
+    conn: WorkerConnection,
+    request: bytes,
     *,
-    path: str,
-    body: bytes,
     index: int,
     timeout_s: float,
     chat: bool,
     base: str,
+    tracker: ThroughputTracker | None,
 ) -> RequestRecord:
     att = _Attempt()
+    stream = _Stream(att, chat, tracker)
     send = perf_counter()
     try:
-        # A total limit: httpx's read timeout restarts with every byte, so a server that
-        # drips one byte a second would otherwise hold the request forever.
-        await asyncio.wait_for(_stream(client, path, body, att, chat), timeout_s)
+        # A total limit: a server that drips one byte a second must not hold the request.
+        await asyncio.wait_for(conn.exchange(request, stream), timeout_s)
+        stream.finish()
     except asyncio.TimeoutError:
         att.error = f"timed out after {timeout_s:g} s (request_timeout_s)"
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         att.error = connection_error(base, exc)
-    except httpx.TimeoutException as exc:
-        att.error = f"{type(exc).__name__} after {timeout_s:g} s: {exc or 'no detail'}"
     except (httpx.HTTPError, OSError) as exc:
         att.error = connection_error(base, exc)
     except Exception as exc:  # noqa: BLE001 - one odd answer must not end the whole run
@@ -254,7 +301,7 @@ async def _request(
         end = att.done_time
     else:
         end = perf_counter()
-    return RequestRecord(
+    return RequestRecord.model_construct(
         index=index,
         send_time=send,
         end_time=end,
@@ -273,18 +320,26 @@ class _WarmupFailed(Exception):
         self.record = record
 
 
+Send = Callable[[int, int], Awaitable[RequestRecord]]
+
+
 class _ClosedLoop:
-    """C workers sharing one dispatch counter; records land in completion order."""
+    """C workers sharing one dispatch counter; records land in completion order.
+
+    Ends when every worker has stopped dispatching and finished its request, when the hard
+    deadline passes (in-flight requests cancelled), or at once when the live estimate's
+    ``abort_if`` says so.
+    """
 
     def __init__(
         self,
-        send: Callable[[int], Awaitable[RequestRecord]],
+        send: Send,
         *,
         count: int | None,
         dispatch_until: float | None,
         abort_on_error: bool,
         failure_streak: int,
-        on_record: Callable[[int], None] | None,
+        on_record: Callable[[RequestRecord], None] | None,
     ) -> None:
         self.send = send
         self.count = count
@@ -296,52 +351,139 @@ class _ClosedLoop:
         self.next_index = 0
         self.streak = 0
         self.stop_reason: str | None = None
+        self.stop_dispatch = False
+        self.aborted: str | None = None
+        self.error: BaseException | None = None
+        self._end = asyncio.Event()
+        self._live = 0
+
+    def end(self) -> None:
+        self._end.set()
 
     async def worker(self, worker_id: int) -> None:
-        WORKER.set(worker_id)  # this task's requests use this worker's own connection
-        while self.stop_reason is None:
-            if self.count is not None and self.next_index >= self.count:
-                return
-            if self.dispatch_until is not None and perf_counter() >= self.dispatch_until:
-                return
-            index = self.next_index
-            self.next_index += 1
-            record = await self.send(index)
-            self.records.append(record)
-            if record.ok:
-                self.streak = 0
-            else:
-                if self.abort_on_error:
-                    raise _WarmupFailed(record)
-                self.streak += 1
-                if self.streak >= self.failure_streak and self.stop_reason is None:
-                    self.stop_reason = f"stopped after {self.streak} consecutive failed requests"
-            if self.on_record is not None:
-                self.on_record(len(self.records))
+        try:
+            while self.stop_reason is None and not self.stop_dispatch:
+                if self.count is not None and self.next_index >= self.count:
+                    return
+                if self.dispatch_until is not None and perf_counter() >= self.dispatch_until:
+                    return
+                index = self.next_index
+                self.next_index += 1
+                record = await self.send(index, worker_id)
+                self.records.append(record)
+                if record.ok:
+                    self.streak = 0
+                else:
+                    if self.abort_on_error:
+                        raise _WarmupFailed(record)
+                    self.streak += 1
+                    if self.streak >= self.failure_streak and self.stop_reason is None:
+                        self.stop_reason = (
+                            f"stopped after {self.streak} consecutive failed requests"
+                        )
+                if self.on_record is not None:
+                    self.on_record(record)
+        except Exception as exc:  # noqa: BLE001 - handed to run(), which re-raises it
+            if self.error is None:
+                self.error = exc
+            self._end.set()
+        finally:
+            self._live -= 1
+            if self._live <= 0:
+                self._end.set()
 
-    async def run(self, workers: int, *, hard_deadline: float, cap_reason: str) -> bool:
+    async def run(
+        self,
+        workers: int,
+        *,
+        hard_deadline: float,
+        cap_reason: str,
+        ticker: Callable[[], Awaitable[None]] | None = None,
+    ) -> bool:
         """Run to completion or until ``hard_deadline`` (perf_counter); True when capped.
 
-        Capping cancels in-flight requests (never recorded) and sets ``stop_reason``.
+        Capping and aborting cancel in-flight requests (never recorded); capping sets
+        ``stop_reason``. ``ticker`` runs alongside (the live estimate) and is cancelled
+        at the end.
         """
+        self._live = workers
         tasks = [asyncio.ensure_future(self.worker(w)) for w in range(workers)]
-        timeout = max(hard_deadline - perf_counter(), 0.0)
+        side = asyncio.ensure_future(self._guard(ticker)) if ticker is not None else None
+        capped = False
         try:
-            done, pending = await asyncio.wait(
-                tasks, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
-            )
+            await asyncio.wait_for(self._end.wait(), max(hard_deadline - perf_counter(), 0.0))
+        except asyncio.TimeoutError:
+            capped = self.aborted is None
         finally:
             for task in tasks:
                 task.cancel()  # in-flight requests: cancelled, never recorded
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for task in done:
-            exc = task.exception()
-            if exc is not None:
-                raise exc
+            if side is not None:
+                side.cancel()
+            await asyncio.gather(*tasks, *([side] if side else []), return_exceptions=True)
+        if self.error is not None:
+            raise self.error
         self.records.sort(key=lambda r: r.index)
-        if pending and self.stop_reason is None:
+        if capped and self.stop_reason is None:
             self.stop_reason = f"{cap_reason}; in-flight requests cancelled"
-        return bool(pending)
+        return capped
+
+    async def _guard(self, ticker: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await ticker()
+        except Exception as exc:  # noqa: BLE001 - e.g. a failing abort_if: re-raised by run()
+            self.error = exc
+            self._end.set()
+
+
+class _Adaptive:
+    """The measure phase's live estimate: target-CI stop and ``abort_if``."""
+
+    def __init__(
+        self,
+        spec: LoadSpec,
+        tracker: ThroughputTracker,
+        loop: _ClosedLoop,
+        abort_if: AbortRule | None,
+    ) -> None:
+        self.spec = spec
+        self.tracker = tracker
+        self.loop = loop
+        self.abort_if = abort_if
+        self.last: LiveEstimate | None = None
+
+    def update(self) -> LiveEstimate:
+        self.last = self.tracker.estimate(perf_counter())
+        return self.last
+
+    async def tick(self) -> None:
+        spec, loop = self.spec, self.loop
+        min_requests = spec.requests or 0
+        while True:
+            await asyncio.sleep(ESTIMATE_INTERVAL_S)
+            est = self.update()
+            if est.elapsed_s < spec.min_duration_s:
+                continue
+            if self.abort_if is not None:
+                reason = self.abort_if(est)
+                if reason is not None:
+                    loop.aborted = reason
+                    loop.stop_reason = f"aborted: {reason}; in-flight requests cancelled"
+                    loop.end()
+                    return
+            target = spec.target_rel_ci
+            if (
+                target is not None
+                and not loop.stop_dispatch
+                and est.completed >= min_requests
+                and est.rel_half_width is not None
+                and est.rel_half_width <= target
+            ):
+                loop.stop_dispatch = True  # in-flight requests finish and are measured
+                loop.stop_reason = (
+                    f"target CI reached: +/-{est.rel_half_width:.1%} after {est.elapsed_s:.1f} s"
+                )
+                if self.abort_if is None:
+                    return
 
 
 async def arun_load(
@@ -351,105 +493,102 @@ async def arun_load(
     on_phase: PhaseCallback | None = None,
     on_progress: ProgressCallback | None = None,
     deadline: float | None = None,
+    abort_if: AbortRule | None = None,
 ) -> BenchResult:
     """Warm up, then measure ``spec`` against the OpenAI-compatible server at ``url``.
 
     ``on_phase`` gets ``"warmup"`` and ``"measure"``; ``on_progress(done, total)`` gets the
-    measured requests finished so far (``total`` is 0 in duration mode). ``deadline`` (a
-    ``time.monotonic()`` instant) caps the whole call: reached before or during warm-up it
-    raises, during measure it stops like ``max_duration_s`` and keeps what was measured.
-    Every request is limited to ``request_timeout_s`` in total and warm-up to
-    ``max_duration_s``, so this returns in bounded time whatever the server does. Raises
-    :class:`BenchError` (and nothing else for any server behaviour) when the server is
-    unreachable, warm-up fails, or nothing succeeded.
+    measured requests finished so far (``total`` is ``spec.requests``, 0 in duration mode).
+    ``deadline`` (a ``time.monotonic()`` instant) caps the whole call: reached before or
+    during warm-up it raises, during measure it stops like ``max_duration_s`` and keeps
+    what was measured. With ``spec.target_rel_ci`` the measure phase stops dispatching
+    once the throughput's 95% CI is that tight (never before ``min_duration_s`` nor
+    ``requests`` completions) and lets in-flight requests finish. ``abort_if`` is called
+    with each live estimate (every ``ESTIMATE_INTERVAL_S``) once ``min_duration_s`` of
+    measure time has passed; a string ends the measure phase at once (in-flight requests
+    cancelled) and becomes ``BenchResult.aborted``. Every request is limited to
+    ``request_timeout_s`` in total and warm-up to ``max_duration_s``, so this returns in
+    bounded time whatever the server does. Raises :class:`BenchError` (and nothing else
+    for any server behaviour) when the server is unreachable, warm-up fails, or nothing
+    succeeded.
     """
     base = base_url(url)
     limit = Deadline(deadline)
     c = spec.concurrency
     rt = spec.request_timeout_s
-    timeout = httpx.Timeout(connect=min(rt, _CONNECT_TIMEOUT_S), read=rt, write=rt, pool=rt)
-    transport = WorkerTransport(c)  # C keep-alive connections, one per worker
-    async with httpx.AsyncClient(
-        base_url=base, transport=transport, timeout=timeout, trust_env=False
-    ) as client:
-        model = spec.model or await _resolve_model(client, base, spec.request_timeout_s, limit)
+    target = Endpoint(base)
+    path = endpoint(spec.api)
+    chat = spec.api == "chat"
+    conns = [
+        WorkerConnection(target, connect_timeout_s=min(rt, _CONNECT_TIMEOUT_S)) for _ in range(c)
+    ]
+    tracker: ThroughputTracker | None = None
+    bodies: _Bodies | None = None
+
+    def send(index: int, worker: int) -> Awaitable[RequestRecord]:
+        assert bodies is not None
+        body = bodies.next()
+        return _request(
+            conns[worker],
+            target.request_head("POST", path, _STREAM_HEADERS, len(body)) + body,
+            index=index,
+            timeout_s=rt,
+            chat=chat,
+            base=base,
+            tracker=tracker,
+        )
+
+    try:
+        model = spec.model or await _resolve_model(conns[0], target, base, rt, limit)
         bodies = _Bodies(spec, model)
-        path = endpoint(spec.api)
-        chat = spec.api == "chat"
-
-        def send(index: int) -> Awaitable[RequestRecord]:
-            return _request(
-                client,
-                path=path,
-                body=bodies.next(),
-                index=index,
-                timeout_s=spec.request_timeout_s,
-                chat=chat,
-                base=base,
-            )
-
-        warmup_seconds = 0.0
-        n_warm = spec.warmup_requests or 0
-        if n_warm:
-            if on_phase:
-                on_phase("warmup")
-            t0 = perf_counter()
-            warm = _ClosedLoop(
-                send,
-                count=n_warm,
-                dispatch_until=None,
-                abort_on_error=True,
-                failure_streak=n_warm,
-                on_record=None,
-            )
-            cap = t0 + spec.max_duration_s
-            try:
-                capped = await warm.run(
-                    min(c, n_warm), hard_deadline=limit.earliest(cap), cap_reason="warm-up cap"
-                )
-            except _WarmupFailed as exc:
-                raise BenchError(f"warm-up request to {base} failed: {exc.record.error}") from None
-            warmup_seconds = perf_counter() - t0
-            if capped:
-                done = sum(r.ok for r in warm.records)
-                why = (
-                    "trial deadline reached during warm-up"
-                    if limit.at is not None and limit.at < cap
-                    else f"warm-up did not finish within max_duration_s={spec.max_duration_s:g}"
-                )
-                raise BenchError(
-                    f"{why} ({done} of {n_warm} warm-up requests to {base} finished in "
-                    f"{warmup_seconds:.1f} s)"
-                )
-
+        warmup_seconds = await _warm_up(spec, send, base, limit, on_phase)
         if on_phase:
             on_phase("measure")
         total = spec.requests or 0
-        progress = None if on_progress is None else (lambda done: on_progress(done, total))
+        adaptive = spec.target_rel_ci is not None
         t0 = perf_counter()
+        if adaptive or abort_if is not None:
+            tracker = ThroughputTracker(t0)
+
+        def on_record(record: RequestRecord) -> None:
+            if tracker is not None:
+                tracker.finish(record)
+            if on_progress is not None:
+                on_progress(len(loop.records), total)
+
         loop = _ClosedLoop(
             send,
-            count=spec.requests,
+            count=None if adaptive else spec.requests,
             dispatch_until=None if spec.duration_s is None else t0 + spec.duration_s,
             abort_on_error=False,
             failure_streak=max(4 * c, 64),
-            on_record=progress,
+            on_record=on_record,
         )
-        workers = c if spec.requests is None else min(c, spec.requests)
+        live = None if tracker is None else _Adaptive(spec, tracker, loop, abort_if)
+        workers = c if spec.requests is None or adaptive else min(c, spec.requests)
         cap = t0 + spec.max_duration_s
         by_deadline = limit.at is not None and limit.at < cap
+        reason = "trial deadline reached" if by_deadline else "max_duration_s reached"
         await loop.run(
             workers,
             hard_deadline=limit.earliest(cap),
-            cap_reason="trial deadline reached" if by_deadline else "max_duration_s reached",
+            cap_reason=reason,
+            ticker=None if live is None else live.tick,
         )
         records = loop.records
         measure_seconds = perf_counter() - t0
+        estimate = None if live is None else live.update()
+    finally:
+        for conn in conns:
+            conn.close()
+        await asyncio.sleep(0)  # let the transports close their sockets now
 
     if not records:
         within = f"within max_duration_s={spec.max_duration_s:g}"
         if by_deadline:
             within = "before the trial deadline"
+        if loop.aborted is not None:
+            within = f"before the measure phase was aborted ({loop.aborted})"
         raise BenchError(f"no request to {base} completed {within}")
     failures = [r for r in records if not r.ok]
     if len(failures) == len(records):
@@ -466,18 +605,88 @@ async def arun_load(
         measure_seconds=measure_seconds,
         model=model,
         stop_reason=loop.stop_reason,
+        aborted=loop.aborted,
+        estimate=estimate,
     )
 
 
+async def _warm_up(
+    spec: LoadSpec,
+    send: Send,
+    base: str,
+    limit: Deadline,
+    on_phase: PhaseCallback | None,
+) -> float:
+    """Run the discarded warm-up requests; seconds taken. Any failure raises BenchError."""
+    n_warm = spec.warmup_requests or 0
+    if not n_warm:
+        return 0.0
+    if on_phase:
+        on_phase("warmup")
+    t0 = perf_counter()
+    warm = _ClosedLoop(
+        send,
+        count=n_warm,
+        dispatch_until=None,
+        abort_on_error=True,
+        failure_streak=n_warm,
+        on_record=None,
+    )
+    cap = t0 + spec.max_duration_s
+    try:
+        capped = await warm.run(
+            min(spec.concurrency, n_warm),
+            hard_deadline=limit.earliest(cap),
+            cap_reason="warm-up cap",
+        )
+    except _WarmupFailed as exc:
+        raise BenchError(f"warm-up request to {base} failed: {exc.record.error}") from None
+    seconds = perf_counter() - t0
+    if capped:
+        done = sum(r.ok for r in warm.records)
+        why = (
+            "trial deadline reached during warm-up"
+            if limit.at is not None and limit.at < cap
+            else f"warm-up did not finish within max_duration_s={spec.max_duration_s:g}"
+        )
+        raise BenchError(
+            f"{why} ({done} of {n_warm} warm-up requests to {base} finished in {seconds:.1f} s)"
+        )
+    return seconds
+
+
+class _Collect:
+    """Body sink of a plain (non-streamed) answer: status, headers and up to 1 MiB."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.body = bytearray()
+
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.status, self.headers = status, headers
+
+    def data(self, chunk: bytes) -> bool:
+        self.body += chunk
+        return len(self.body) > 2**20
+
+
 async def _resolve_model(
-    client: httpx.AsyncClient, base: str, timeout_s: float, limit: Deadline
+    conn: WorkerConnection, target: Endpoint, base: str, timeout_s: float, limit: Deadline
 ) -> str:
-    """The served model's name from ``GET /v1/models``, within ``timeout_s`` in total."""
+    """The served model's name from ``GET /v1/models``, within ``timeout_s`` in total.
+
+    Asked on the first worker's connection, which that worker then keeps using.
+    """
     wait, by_deadline = limit.cap(timeout_s)
     if by_deadline and wait <= 0:
         raise BenchError(f"trial deadline reached before the load on {base} started")
+    sink = _Collect()
+    request = target.request_head("GET", "/v1/models", {"Accept": "application/json"}, 0)
     try:
-        resp = await asyncio.wait_for(client.get("/v1/models"), wait)
+        await asyncio.wait_for(conn.exchange(request, sink), wait)
     except asyncio.TimeoutError:
         if by_deadline:
             raise BenchError(
@@ -488,6 +697,7 @@ async def _resolve_model(
         raise BenchError(f"server unreachable: {unreachable(base, exc)}") from None
     except (httpx.HTTPError, OSError) as exc:
         raise BenchError(f"GET {base}/v1/models failed: {connection_error(base, exc)}") from None
+    resp = httpx.Response(sink.status, headers=sink.headers, content=bytes(sink.body))
     return model_from_listing(resp, base)
 
 
@@ -498,8 +708,24 @@ def run_load(
     on_phase: PhaseCallback | None = None,
     on_progress: ProgressCallback | None = None,
     deadline: float | None = None,
+    abort_if: AbortRule | None = None,
 ) -> BenchResult:
     """Synchronous :func:`arun_load` (own event loop; call ``arun_load`` from async code)."""
-    return asyncio.run(
-        arun_load(url, spec, on_phase=on_phase, on_progress=on_progress, deadline=deadline)
-    )
+    out: list[BenchResult] = []
+
+    async def main() -> None:
+        # The result is handed over outside the task: on Python 3.11, asyncio.run formats
+        # the main task's repr (result included: every record) when it restores SIGINT.
+        out.append(
+            await arun_load(
+                url,
+                spec,
+                on_phase=on_phase,
+                on_progress=on_progress,
+                deadline=deadline,
+                abort_if=abort_if,
+            )
+        )
+
+    asyncio.run(main())
+    return out[0]

@@ -46,6 +46,12 @@ class LoadSpec(BaseModel):
     dispatching after that many seconds, let in-flight requests finish). ``max_duration_s``
     caps the measure phase hard; requests still running then are cancelled and not counted.
     Giving ``duration_s`` alone clears the default ``requests``.
+
+    Adaptive (``target_rel_ci``): measure until the 95% confidence interval of the output
+    throughput is that tight relative to its mean (see :mod:`autotune.loadgen.estimate`),
+    then stop dispatching and let in-flight requests finish; ``requests``, if given, is then
+    a minimum count, ``min_duration_s`` a minimum time, ``max_duration_s`` still the cap.
+    Giving ``target_rel_ci`` without ``requests`` clears the default ``requests``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +64,10 @@ class LoadSpec(BaseModel):
     requests: int | None = Field(default=64, ge=1)
     duration_s: float | None = Field(default=None, gt=0)
     max_duration_s: float = Field(default=120.0, gt=0)
+    target_rel_ci: float | None = Field(default=None, gt=0, lt=1)
+    """Stop measuring once the 95% CI half-width / mean of output throughput is <= this."""
+    min_duration_s: float = Field(default=0.0, ge=0)
+    """Measure time before which neither the adaptive stop nor ``abort_if`` may end it."""
     api: Api = "completions"
     model: str | None = None
     """Model name sent with each request; ``None`` asks ``GET /v1/models`` once."""
@@ -76,7 +86,7 @@ class LoadSpec(BaseModel):
     def _duration_clears_requests(cls, data: Any) -> Any:
         if (
             isinstance(data, Mapping)
-            and data.get("duration_s") is not None
+            and (data.get("duration_s") is not None or data.get("target_rel_ci") is not None)
             and "requests" not in data
         ):
             data = {**data, "requests": None}
@@ -84,8 +94,19 @@ class LoadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> LoadSpec:
-        if (self.requests is None) == (self.duration_s is None):
+        if self.target_rel_ci is not None:
+            if self.duration_s is not None:
+                raise ValueError(
+                    "'duration_s' and 'target_rel_ci' exclude each other "
+                    "(use 'min_duration_s' and 'max_duration_s' with 'target_rel_ci')"
+                )
+        elif (self.requests is None) == (self.duration_s is None):
             raise ValueError("set exactly one of 'requests' and 'duration_s'")
+        if self.min_duration_s > self.max_duration_s:
+            raise ValueError(
+                f"min_duration_s ({self.min_duration_s:g}) exceeds "
+                f"max_duration_s ({self.max_duration_s:g})"
+            )
         if self.duration_s is not None and self.duration_s > self.max_duration_s:
             raise ValueError(
                 f"duration_s ({self.duration_s:g}) exceeds max_duration_s ({self.max_duration_s:g})"

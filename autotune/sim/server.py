@@ -28,7 +28,7 @@ from aiohttp import HttpVersion11, web
 
 from autotune.sim import perf_model as pm
 from autotune.sim import text
-from autotune.sim.args import SimConfig, parse_config
+from autotune.sim.args import SimConfig, build_parser, parse_config
 from autotune.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, Histogram, render_metrics
 
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
@@ -36,6 +36,19 @@ SLOT_TOKENS = 8192  # nominal tokens per KV slot, for sglang:token_usage
 CHAT_DEFAULT_MAX_TOKENS = 128
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 WRITE_BUFFER_LIMIT = 4 * 2**20  # a stream whose client stops reading is aborted
+
+
+_JSON_STRINGS: dict[str, bytes] = {}
+
+
+def _json_str(text: str) -> bytes:
+    """``json.dumps(text)`` as bytes, memoised: chunks repeat the same few token strings."""
+    out = _JSON_STRINGS.get(text)
+    if out is None:
+        out = json.dumps(text).encode()
+        if len(_JSON_STRINGS) < 65536:
+            _JSON_STRINGS[text] = out
+    return out
 
 
 def _now() -> str:
@@ -91,6 +104,8 @@ class Req:
         "model",
         "created",
         "transport",
+        "unsent",
+        "sent_at",
     )
 
     def __init__(
@@ -114,6 +129,8 @@ class Req:
         self.include_usage = include_usage
         self.resp: web.StreamResponse | None = None
         self.transport: asyncio.Transport | None = None
+        self.unsent = ""  # text generated but not yet streamed (--stream-interval > 1)
+        self.sent_at = 0  # tokens generated when the last chunk was streamed
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.generated = 0
         self.parts: list[str] = []
@@ -151,7 +168,7 @@ class Req:
     def chunk(self, piece: str) -> bytes:
         if self.kind == "generate":
             return self.prefix + json.dumps("".join(self.parts)).encode() + self.suffix
-        return self.prefix + json.dumps(piece).encode() + self.suffix
+        return self.prefix + _json_str(piece) + self.suffix
 
     def final_chunks(self) -> bytes:
         """Finish-reason chunk, usage chunk (if asked) and ``[DONE]``."""
@@ -268,6 +285,9 @@ class Engine:
             ITL_BUCKETS,
         )
         self._tp_window: collections.deque[tuple[float, int]] = collections.deque()
+        self.stream_interval = 1
+        """SGLang's ``--stream-interval``: stream a chunk every this many tokens (and the
+        first and last ones); 1 (the default) streams every decode step."""
 
     # ---- intake ----
     def submit(self, req: Req) -> None:
@@ -338,7 +358,10 @@ class Engine:
             batch = len(self.running)
             now = loop.time()
             dt = pm.decode_step_seconds(self.cfg, batch) * self._step_noise()
-            start = next_t if next_t >= now - dt else now
+            # The next step's device time runs while this process writes the last step's
+            # chunks (SGLang's overlap scheduler): a step lasts max(dt, write time), so at
+            # extreme speed-ups the writing, not an extra dt, is what limits.
+            start = max(next_t, now - dt)
             next_t = start + dt
             await self._sleep_until(next_t)
             self.steps += 1
@@ -401,6 +424,14 @@ class Engine:
                 or req.finish is not None
                 or (prefill_only and self.mode == "prefill")
             )
+            if piece and self.stream_interval > 1 and req.stream:
+                piece = req.unsent + piece
+                first = req.sent_at == 0
+                if not (finished or first or req.generated - req.sent_at >= self.stream_interval):
+                    req.unsent = piece
+                    continue
+                req.unsent = ""
+                req.sent_at = req.generated
             if req.stream and piece:
                 tr = req.transport
                 if tr is not None:
@@ -717,9 +748,10 @@ def _log_startup(cfg: SimConfig, log: Log) -> None:
     log.info(f"Load weight begin. avail mem={pm.GPU_MEM_BYTES / 2**30 - 0.6:.2f} GB", tp=True)
 
 
-async def serve(cfg: SimConfig, log: Log) -> int:
+async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
     """Listen at once (503 while 'loading'), then fail or become ready; run until SIGTERM."""
     state = State(cfg, log)
+    state.engine.stream_interval = stream_interval
     # Stop within a second when told (like SGLang): open streams are cut, not awaited.
     runner = web.AppRunner(
         build_app(state),
@@ -798,13 +830,15 @@ async def serve(cfg: SimConfig, log: Log) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+    args = sys.argv[1:] if argv is None else list(argv)
+    cfg = parse_config(args, os.environ)
     log = Log(cfg)
     failure = pm.startup_failure(cfg)
     if failure is not None and not failure.after_load:
         log.error_lines(failure.lines)
         return failure.exit_code
-    return asyncio.run(serve(cfg, log))
+    stream_interval = max(1, build_parser().parse_args(args).stream_interval)
+    return asyncio.run(serve(cfg, log, stream_interval=stream_interval))
 
 
 if __name__ == "__main__":

@@ -52,9 +52,32 @@ class LoadSettings(BaseModel):
     max_duration_s: PositiveFinite = 120.0
     request_timeout_s: PositiveFinite = 60.0
     api: Literal["completions", "chat"] = "completions"
+    target_rel_ci: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
+    """Adaptive measurement: stop the measure phase once the 95% CI half-width of output
+    throughput is at most this fraction of its mean (``requests`` is then the minimum
+    count, ``max_duration_s`` the hard cap); null measures a fixed amount."""
+    min_duration_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Measure at least this long (wall clock) before stopping early or aborting."""
 
     @model_validator(mode="after")
     def _one_stop_rule(self) -> LoadSettings:
+        if self.min_duration_s > self.max_duration_s:
+            raise PydanticCustomError(
+                "min_duration",
+                "min_duration_s ({minimum}) exceeds max_duration_s ({limit})",
+                {
+                    "minimum": f"{self.min_duration_s:g}",
+                    "limit": f"{self.max_duration_s:g}",
+                    "field": "min_duration_s",
+                },
+            )
+        if self.duration_s is not None and self.target_rel_ci is not None:
+            raise PydanticCustomError(
+                "stop_rule",
+                "duration_s and target_rel_ci exclude each other (with target_rel_ci, bound "
+                "the measure phase with min_duration_s and max_duration_s)",
+                {"field": "target_rel_ci"},
+            )
         if self.duration_s is not None:
             if self.duration_s > self.max_duration_s:
                 # The load generator refuses it too, but only once the study has started.
@@ -102,6 +125,42 @@ class CorrectnessSettings(BaseModel):
     """Exact expected text; unset: the first healthy trial's text is the reference."""
 
 
+class EarlyAbortSettings(BaseModel):
+    """Stop measuring a trial that is clearly worse than the best one so far.
+
+    During the measure phase (after ``load.min_duration_s``) the running throughput
+    estimate's upper bound is compared with ``abort_below`` x the incumbent's throughput
+    (the best feasible, fully measured trial); below it, the measure phase ends and the trial
+    is stored with its partial estimate and ``aborted: reason``. The upper bound is the load
+    generator's 95% confidence bound once it has one (about ten request latencies of data);
+    before that, once every stream has finished a request, it is the running estimate x
+    (1 + ``margin_before_ci``) (null: wait for the interval). Both cover only this run's
+    noise: the gap to the incumbent (0.9 = 10%, 1/1.5 before an interval) is what protects a
+    configuration as good as the incumbent from run-to-run noise (machine load, each
+    process's own speed; ``benchmarks/winner_noise.py`` measures it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    abort_below: float = Field(0.9, gt=0, le=1)
+    margin_before_ci: float | None = Field(0.5, ge=0, le=10, allow_inf_nan=False)
+
+
+class RemeasureSettings(BaseModel):
+    """Before a winner is declared, measure the best few configurations again.
+
+    When a run reaches its trial target, the ``top_k`` distinct feasible configurations
+    (by their mean throughput) are each relaunched from fresh processes and measured
+    ``repeats`` more times; ``autotune best`` then ranks by a lower confidence bound.
+    ``top_k: 0`` or ``repeats: 0`` turns it off.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int = Field(3, ge=0, le=100)
+    repeats: int = Field(1, ge=0, le=20)
+
+
 class StudyDefinition(BaseModel):
     """One ``studies/NAME.yaml`` file."""
 
@@ -117,6 +176,9 @@ class StudyDefinition(BaseModel):
     load: LoadSettings = Field(default_factory=LoadSettings)  # type: ignore[arg-type]
     slo: SLOSettings = Field(default_factory=SLOSettings)  # type: ignore[arg-type]
     correctness: CorrectnessSettings = Field(default_factory=CorrectnessSettings)  # type: ignore[arg-type]
+    early_abort: EarlyAbortSettings | None = None
+    """Null (default): every trial is measured in full."""
+    remeasure: RemeasureSettings = Field(default_factory=RemeasureSettings)  # type: ignore[arg-type]
     trial_timeout_s: PositiveFinite = 1800.0
     keep_services_running: bool = False
 

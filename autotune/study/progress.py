@@ -25,7 +25,13 @@ class ProgressSink(Protocol):
     """Receives the loop's events; the loop never prints itself."""
 
     def trial_started(
-        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+        self,
+        *,
+        number: int,
+        index: int,
+        total: int,
+        config: Mapping[str, object],
+        kind: str = "trial",
     ) -> None: ...
 
     def phase(self, name: str) -> None: ...
@@ -68,9 +74,14 @@ class TrialReport:
     best_number: int | None
     seconds: float
     reused_from: int | None
+    aborted: bool = False
+    """Measured only in part (clearly below the incumbent): the figure is rough."""
 
     def outcome(self) -> str:
-        if self.failure:
+        if self.aborted and self.throughput is not None:
+            reason = scrub_text(self.reason or "")
+            text = f"~{self.throughput:,.1f} tok/s, {reason.splitlines()[0][:110]}".rstrip(", ")
+        elif self.failure:
             reason = scrub_text(self.reason) if self.reason else ""
             short = reason.splitlines()[0][:90] if reason.strip() else ""
             text = f"infeasible [{self.failure}] {short}".rstrip()
@@ -94,9 +105,15 @@ class PlainProgress:
         print(text, file=self._stream, flush=True)
 
     def trial_started(
-        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+        self,
+        *,
+        number: int,
+        index: int,
+        total: int,
+        config: Mapping[str, object],
+        kind: str = "trial",
     ) -> None:
-        self._prefix = f"trial {index}/{total} (#{number})"
+        self._prefix = f"{kind} {index}/{total} (#{number})"
 
     def phase(self, name: str) -> None:
         self._phase = name
@@ -136,7 +153,9 @@ class RichProgress:
         total = getattr(self, "_total", 0)
         phase = getattr(self, "_phase", "starting")
         started = getattr(self, "_phase_started", time.monotonic())
-        table.add_row("trial", f"{index}/{total} (#{getattr(self, '_number', 0)})")
+        table.add_row(
+            getattr(self, "_kind", "trial"), f"{index}/{total} (#{getattr(self, '_number', 0)})"
+        )
         table.add_row("phase", f"{phase} ({time.monotonic() - started:.1f}s)")
         table.add_row("this trial", Text(getattr(self, "_last", "-")))
         table.add_row("best so far", Text(getattr(self, "_best", "-")))
@@ -146,8 +165,15 @@ class RichProgress:
         self._live.update(self._render())
 
     def trial_started(
-        self, *, number: int, index: int, total: int, config: Mapping[str, object]
+        self,
+        *,
+        number: int,
+        index: int,
+        total: int,
+        config: Mapping[str, object],
+        kind: str = "trial",
     ) -> None:
+        self._kind = kind
         self._index, self._total, self._number = index, total, number
         self._last = "running"
         self.phase("propose")
@@ -160,7 +186,7 @@ class RichProgress:
     def trial_finished(self, report: TrialReport) -> None:
         self._last = f"#{report.number}: {report.outcome()}"
         self._best = report.best_text()
-        line = Text(f"trial {self._index}/{self._total}", style="dim")
+        line = Text(f"{getattr(self, '_kind', 'trial')} {self._index}/{self._total}", style="dim")
         line.append(f" {self._last}")  # text from servers and logs: never parsed as markup
         self._console.print(line, highlight=False)
         self._refresh()

@@ -12,13 +12,23 @@ outcome is written to a local journal before storage, and storage writes are nev
 Ctrl-C/SIGTERM (deferred to just after the write): killed or failed at any point, the study
 holds either a COMPLETE trial or a RUNNING one that the next run completes from the journal
 (measured) or fails as ``interrupted`` and retries (not measured).
+
+Cheaper trials: the load generator can stop measuring once its throughput estimate is tight
+(``load.target_rel_ci``) and the loop can abort a trial whose running estimate is clearly
+below the incumbent (``early_abort``); such a trial keeps its partial estimate, is marked
+``aborted`` and never wins unless re-measured. Before a winner is declared (the trial target
+reached), the top-k configurations are measured again from fresh processes
+(``remeasure``); those measurements are study attributes, not trials, so trial counts, the
+reuse index and the sampler never see them, and they are journaled and resumed like trials.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 import signal
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +44,14 @@ from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
 from autotune.render import render
-from autotune.results import feasible
+from autotune.results import (
+    best_estimate,
+    feasible,
+    format_estimate,
+    load_remeasurements,
+    remeasure_candidates,
+    remeasure_key,
+)
 from autotune.secrets import redact
 from autotune.space import SearchSpace, load_space
 from autotune.specs import ServiceSpec
@@ -46,6 +63,8 @@ from autotune.study.progress import NullProgress, ProgressSink, TrialReport
 from autotune.study.record import TrialOutcome, fail_trial, finish_trial
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
+    batched_writes,
+    batching,
     check_study_name,
     create_or_load_study,
     describe_storage_failure,
@@ -57,6 +76,16 @@ from autotune.study.storage import (
 REFERENCE_ATTR = "reference_output"
 NOT_THE_CONFIG = frozenset({"host_unreachable"})
 """Launch failures that say nothing about the configuration: the trial is not scored."""
+MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
+"""Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
+COUNT_REFRESH = 10
+"""Trials between two reads of the completed count from storage (other workers add some)."""
+REMEASURE_ID_BASE = 1000
+"""Journal key of re-measurement R of trial N: N * 1000 + R (repeats are at most 20)."""
+ADAPTIVE_LOADGEN = "target_rel_ci" in LoadSpec.model_fields
+"""The load generator can stop once its estimate is tight (feature check)."""
+ABORTING_LOADGEN = "abort_if" in inspect.signature(run_load).parameters
+"""The load generator can end the measure phase on the caller's word (feature check)."""
 
 
 class HostFailure(AutotuneError):
@@ -77,6 +106,10 @@ class RunSummary:
     """Services this run stopped on its way out."""
     left_running: list[str] = field(default_factory=list)
     """Services still running after it (a second Ctrl-C cut the clean-up short)."""
+    remeasured: int = 0
+    """Re-measurements stored by this run."""
+    in_remeasure: bool = False
+    """The interruption came while re-measuring (nothing was cut short into a FAIL trial)."""
 
 
 def _on_wall_clock(limit_ms: float | None, speedup: float) -> float | None:
@@ -153,7 +186,7 @@ class Tuner:
         self.storage = open_storage(storage_url, create=True)
         self.study = create_or_load_study(
             study_name,
-            self.storage,
+            batching(self.storage),
             directions=self.objective.directions,
             sampler=self.sampler,
             metric_names=self.objective.metric_names,
@@ -163,7 +196,15 @@ class Tuner:
         self.journal = Journal(
             self.run_dir / "journal", storage_url=storage_url, study_name=study_name
         )
+        self.remeasure_journal = Journal(
+            self.run_dir / "journal", storage_url=storage_url, study_name=f"{study_name}#remeasure"
+        )
         self._known: dict[str, int] = {}
+        self._incumbent: tuple[float, int] | None = None
+        """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
+        self._remeasuring = False
+        self._remeasured = 0
+        self._warned_loadgen = False
 
     # ------------------------------------------------------------------ set-up
 
@@ -171,7 +212,21 @@ class Tuner:
         load = self.definition.load
         slo = self.definition.slo
         speedup = self.deployment.sim_speedup
+        adaptive: dict[str, Any] = {}
+        if load.target_rel_ci is not None or load.min_duration_s:
+            if ADAPTIVE_LOADGEN:
+                adaptive = {
+                    "target_rel_ci": load.target_rel_ci,
+                    "min_duration_s": load.min_duration_s,
+                }
+            elif not self._warned_loadgen:
+                self._warned_loadgen = True
+                self.progress.message(
+                    "load.target_rel_ci/min_duration_s are ignored: this load generator "
+                    "measures a fixed amount"
+                )
         return LoadSpec(
+            **adaptive,
             concurrency=load.concurrency,
             input_len=load.input_len,
             output_len=load.output_len,
@@ -197,6 +252,7 @@ class Tuner:
         Measured ones (their outcome is in the journal) are recorded as they were measured;
         the others are failed as ``interrupted`` and their config retried.
         """
+        self._recover_remeasurements()
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         running_ids = {t._trial_id for t in running}
         for trial_id in self.journal.trial_ids():
@@ -230,6 +286,26 @@ class Tuner:
                 f"trial #{trial.number} was interrupted earlier; retrying its config"
             )
 
+    def _recover_remeasurements(self) -> None:
+        """Re-measurements journaled but not stored (the tuner stopped between the two) are
+        stored now; entries already stored are discarded."""
+        ids = self.remeasure_journal.trial_ids()
+        if not ids:
+            return
+        stored = self.study.user_attrs
+        for entry in ids:
+            saved = self.remeasure_journal.load(entry)
+            if saved is not None:
+                key = remeasure_key(int(saved.attrs["of"]), int(saved.attrs["repeat"]))
+                if key not in stored:
+                    with _deferred_interrupts():
+                        self.study.set_user_attr(key, saved.attrs)
+                    self.progress.message(
+                        f"re-measurement {saved.attrs['repeat']} of trial #{saved.attrs['of']} "
+                        "was measured but not stored; recorded now from the journal"
+                    )
+            self.remeasure_journal.discard(entry)
+
     @staticmethod
     def _baseline_attr(trial: FrozenTrial) -> dict[str, Any]:
         return {"is_baseline": True} if trial.user_attrs.get("is_baseline") else {}
@@ -243,6 +319,19 @@ class Tuner:
             config = trial.user_attrs.get("config")
             if config is not None and trial.user_attrs.get("failure") != "interrupted":
                 self._known.setdefault(self.space.config_key(config), trial.number)
+            if (
+                feasible(trial)
+                and trial.user_attrs.get("failure") is None
+                and not trial.user_attrs.get("aborted")
+            ):
+                self._consider_incumbent(trial.values[0], trial.number)
+
+    def _consider_incumbent(self, throughput: float, number: int) -> None:
+        if self._incumbent is None or (throughput, -number) > (
+            self._incumbent[0],
+            -self._incumbent[1],
+        ):
+            self._incumbent = (throughput, number)
 
     def completed_count(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
@@ -253,6 +342,8 @@ class Tuner:
         """Run until the study holds ``n_trials`` completed trials (resumes where it stopped)."""
         started = time.monotonic()
         ran = 0
+        self._remeasured = 0
+        self._remeasuring = False
         interrupted = False
         failed = True
         try:
@@ -260,9 +351,16 @@ class Tuner:
                 self._recover_stale()
                 self._enqueue_baseline()
                 self._index_known()
-                while (done := self.completed_count()) < n_trials:
+                done = self.completed_count()
+                while done < n_trials:
                     self._one_trial(index=done + 1, total=n_trials)
                     ran += 1
+                    # Counted in memory (a read of every new trial costs ~6 ms); the storage
+                    # is asked again every 10 trials and before stopping, for other workers.
+                    done += 1
+                    if ran % COUNT_REFRESH == 0 or done >= n_trials:
+                        done = self.completed_count()
+                self._remeasure_phase()
             failed = False
         except KeyboardInterrupt:
             interrupted = True
@@ -280,6 +378,8 @@ class Tuner:
             seconds=time.monotonic() - started,
             stopped=stopped,
             left_running=left,
+            remeasured=self._remeasured,
+            in_remeasure=interrupted and self._remeasuring,
         )
 
     def _wind_down(self, *, stop: bool) -> tuple[list[str], list[str]]:
@@ -309,11 +409,16 @@ class Tuner:
             with _deferred_interrupts():
                 trial = self.study.ask()
             failpoint("trial.asked")
-            config = self.space.suggest(trial)
+            with _deferred_interrupts(), batched_writes(self.study, trial._trial_id):
+                # One transaction for all the parameters (each would be its own commit),
+                # written before anything is launched, so a retry finds them.
+                config = self.space.suggest(trial)
             self.progress.trial_started(
                 number=trial.number, index=index, total=total, config=config
             )
-            outcome = self._evaluate(trial, config)
+            outcome = self._evaluate(
+                config, is_baseline=bool(trial.user_attrs.get("is_baseline", False))
+            )
         except HostFailure as exc:
             assert trial is not None  # raised by _evaluate
             fail_trial(self.study, trial, failure="host_unreachable", reason=str(exc))
@@ -335,26 +440,41 @@ class Tuner:
                 "its config will be retried by the next `autotune run`; services are being stopped"
             )
             raise
-        elapsed = time.monotonic() - t0
-        phases = outcome.attrs.setdefault("phase_seconds", {})
-        measured = sum(v for k, v in phases.items() if k != "tuner")
-        phases["tuner"] = max(0.0, elapsed - measured)
-        phases["total"] = elapsed
+        elapsed = self._close_phases(outcome, t0)
         self._store(trial, outcome)
         key = self.space.config_key(config)
         if outcome.attrs.get("reused_from") is None:
             self._known.setdefault(key, trial.number)
-        best = self._best()
+        if outcome.failure is None and outcome.feasible and not outcome.attrs.get("aborted"):
+            self._consider_incumbent(outcome.values[0], trial.number)
+        self._report(trial.number, outcome, elapsed)
+
+    @staticmethod
+    def _close_phases(outcome: TrialOutcome, t0: float) -> float:
+        """Set ``tuner`` (what is not time on the deployment) and ``total``; the elapsed s."""
+        elapsed = time.monotonic() - t0
+        phases = outcome.attrs.setdefault("phase_seconds", {})
+        measured = sum(phases.get(k, 0.0) for k in MEASURED_PHASES)
+        phases["tuner"] = max(0.0, elapsed - measured)
+        phases["total"] = elapsed
+        return elapsed
+
+    def _report(self, number: int, outcome: TrialOutcome, elapsed: float) -> None:
+        best = self._incumbent
+        reason = outcome.attrs.get("reason")
+        if outcome.attrs.get("aborted"):
+            reason = f"aborted: {outcome.attrs['aborted']}"
         self.progress.trial_finished(
             TrialReport(
-                number=trial.number,
+                number=number,
                 throughput=outcome.values[0] if outcome.failure is None else None,
                 failure=outcome.failure,
-                reason=outcome.attrs.get("reason"),
+                reason=reason,
                 best=best[0] if best else None,
                 best_number=best[1] if best else None,
                 seconds=elapsed,
                 reused_from=outcome.attrs.get("reused_from"),
+                aborted=bool(outcome.attrs.get("aborted")),
             )
         )
 
@@ -414,10 +534,118 @@ class Tuner:
             self.study.enqueue_trial(params, user_attrs=attrs)
 
     def _best(self) -> tuple[float, int] | None:
-        """(throughput, trial number) of the best feasible trial so far, for the display."""
-        done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        scored = [(t.values[0], t.number) for t in done if feasible(t)]
-        return max(scored, key=lambda s: (s[0], -s[1])) if scored else None
+        """(throughput, trial number) of the best feasible, fully measured trial so far."""
+        return self._incumbent
+
+    # ------------------------------------------------------------------ re-measure
+
+    def _remeasure_plan(self) -> list[tuple[int, int, dict[str, Any]]]:
+        """(trial, repeat, config) still to measure: round by round over the top-k."""
+        settings = self.definition.remeasure
+        if settings.top_k <= 0 or settings.repeats <= 0:
+            return []
+        done = {(m.of, m.repeat) for m in load_remeasurements(self.study)}
+        top = remeasure_candidates(self.study, settings.top_k)
+        return [
+            (e.trial.number, repeat, self.space.complete(e.trial.config))
+            for repeat in range(1, settings.repeats + 1)
+            for e in top
+            if (e.trial.number, repeat) not in done and e.trial.config
+        ]
+
+    def _remeasure_phase(self) -> None:
+        """Measure the top-k configurations again, each from fresh processes.
+
+        Resumable: what is stored is not measured again, so an interrupted phase continues
+        where it stopped (a re-measurement cut short stores nothing). The plan is drawn
+        again after each run: a configuration whose re-measurement failed leaves the top-k
+        and the next one takes its place.
+        """
+        plan = self._remeasure_plan()
+        if not plan:
+            return
+        self._remeasuring = True
+        numbers = ", ".join(f"#{n}" for n in dict.fromkeys(n for n, _, _ in plan))
+        self.progress.message(
+            f"re-measuring the best configurations before declaring a winner: {len(plan)} "
+            f"run(s) of {numbers}, each from freshly started services"
+        )
+        settings = self.definition.remeasure
+        limit = 3 * settings.top_k * settings.repeats
+        index = 0
+        while plan and index < limit:
+            index += 1
+            number, repeat, config = plan[0]
+            self._remeasure_one(number, repeat, config, index=index, total=index - 1 + len(plan))
+            plan = self._remeasure_plan()
+        self._remeasuring = False
+        best = best_estimate(self.study)
+        if best is not None:
+            self.progress.message(
+                f"winner: trial #{best.trial.number}, {format_estimate(best)}; "
+                f"conservative estimate {best.lower:,.1f} tok/s"
+            )
+
+    def _remeasure_one(
+        self, number: int, repeat: int, config: dict[str, Any], *, index: int, total: int
+    ) -> None:
+        t0 = time.monotonic()
+        self.progress.trial_started(
+            number=number, index=index, total=total, config=config, kind="re-measure"
+        )
+        outcome = self._evaluate(config, is_baseline=False, fresh=True)
+        elapsed = self._close_phases(outcome, t0)
+        attrs = outcome.attrs
+        record: dict[str, Any] = {
+            "of": number,
+            "repeat": repeat,
+            "values": outcome.values,
+            "constraints": outcome.constraints,
+            "feasible": outcome.feasible and outcome.failure is None,
+            **{
+                k: attrs.get(k)
+                for k in (
+                    "metrics",
+                    "phase_seconds",
+                    "failure",
+                    "reason",
+                    "stop_reason",
+                    "sim_speedup",
+                    "restarted",
+                )
+                if k in attrs
+            },
+        }
+        stored = TrialOutcome(
+            values=outcome.values, constraints=outcome.constraints, attrs=redact(record)
+        )
+        entry = number * REMEASURE_ID_BASE + repeat
+        with _deferred_interrupts():
+            try:
+                journaled: Path | None = self.remeasure_journal.save(
+                    entry, number=number, outcome=stored
+                )
+            except OSError:
+                journaled = None
+            failpoint("journal.saved")
+            try:
+                self.study.set_user_attr(remeasure_key(number, repeat), stored.attrs)
+            except Exception as exc:
+                kept = (
+                    f"it is kept in {journaled} and the next `autotune run` records it"
+                    if journaled
+                    else "the next `autotune run` measures it again"
+                )
+                why = describe_storage_failure(exc, url=self.storage_url)
+                raise StorageError(
+                    f"could not record re-measurement {repeat} of trial #{number} in "
+                    f"{display_url(self.storage_url)}: {why}. {kept}"
+                ) from exc
+            failpoint("trial.told")
+            if journaled is not None:
+                self.remeasure_journal.discard(entry)
+        self._remeasured += 1
+        self._report(number, outcome, elapsed)
 
     # ------------------------------------------------------------------ one trial
 
@@ -431,15 +659,19 @@ class Tuner:
             attrs=attrs,
         )
 
-    def _evaluate(self, trial: optuna.Trial, config: dict[str, Any]) -> TrialOutcome:
+    def _evaluate(
+        self, config: dict[str, Any], *, is_baseline: bool, fresh: bool = False
+    ) -> TrialOutcome:
+        """Launch, probe and load ``config``; ``fresh``: a re-measurement (every service
+        started anew, never reused, never aborted)."""
         attrs: dict[str, Any] = {
             "config": config,
-            "is_baseline": bool(trial.user_attrs.get("is_baseline", False)),
+            "is_baseline": is_baseline,
             "deployment": self.deployment.name,
             "failure": None,
             "reason": None,
             "reused_from": None,
-            "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
+            "phase_seconds": {"restart": 0.0, "probe": 0.0, "warmup": 0.0, "measure": 0.0},
         }
 
         violations = self.space.violations(config)
@@ -463,7 +695,7 @@ class Tuner:
             for name, spec in specs.items()
         }
 
-        previous = self._known.get(self.space.config_key(config))
+        previous = None if fresh else self._known.get(self.space.config_key(config))
         if previous is not None:
             return self._reuse(previous, attrs)
 
@@ -476,6 +708,10 @@ class Tuner:
         self.progress.phase("restart")
         t = time.monotonic()
         try:
+            if fresh:
+                # Each process draws its own speed (noise): a re-measurement must not keep
+                # the processes of the measurement it repeats.
+                self.launcher.stop_all()
             applied = self.launcher.apply(specs, on_event=on_event, deadline=deadline)
         except LaunchError as exc:
             attrs["phase_seconds"]["restart"] = time.monotonic() - t
@@ -503,7 +739,9 @@ class Tuner:
 
         endpoint = self.deployment.endpoint_url(specs)
         failpoint("probe")
+        t = time.monotonic()
         wrong = self._check_output(endpoint, deadline=deadline)
+        attrs["phase_seconds"]["probe"] = time.monotonic() - t
         if wrong is not None:
             return self._after_fault(specs, attrs, failure="wrong_output", reason=wrong)
 
@@ -518,9 +756,18 @@ class Tuner:
             if done == 1:
                 failpoint("measure")
 
+        extra: dict[str, Any] = {}
+        abort_if = None if fresh else self._abort_rule()
+        if abort_if is not None:
+            extra["abort_if"] = abort_if
         try:
             result = run_load(
-                endpoint, spec, on_phase=on_phase, on_progress=on_progress, deadline=deadline
+                endpoint,
+                spec,
+                on_phase=on_phase,
+                on_progress=on_progress,
+                deadline=deadline,
+                **extra,
             )
         except BenchError as exc:
             failure = "trial_timeout" if time.monotonic() >= deadline else "bench_failed"
@@ -537,6 +784,9 @@ class Tuner:
         attrs["metrics"] = metrics
         if result.stop_reason:
             attrs["stop_reason"] = result.stop_reason
+        aborted = getattr(result, "aborted", None)
+        if aborted:
+            attrs["aborted"] = str(aborted)
         if metrics["error_rate"] > self.definition.slo.max_error_rate:
             errors = ", ".join(f"{n}x {text}" for text, n in metrics["errors"].items())
             attrs["failure"] = "request_errors"
@@ -552,6 +802,52 @@ class Tuner:
             attrs=attrs,
         )
 
+    def _abort_rule(self) -> Callable[[Any], str | None] | None:
+        """``abort_if`` for the load generator: the trial is clearly below the incumbent.
+
+        The load generator's estimate is wall-clock throughput of the servers it loads; the
+        incumbent is stored in modeled time (divided by ``sim_speedup``), so the estimate is
+        converted before they are compared.
+        """
+        settings = self.definition.early_abort
+        incumbent = self._incumbent
+        if settings is None or incumbent is None or not ABORTING_LOADGEN:
+            return None
+        threshold = settings.abort_below * incumbent[0]
+        speedup = self.deployment.sim_speedup
+        margin = settings.margin_before_ci
+        round_done = self.definition.load.concurrency  # every stream finished a request
+        output_len = self.definition.load.output_len
+        if threshold <= 0:
+            return None
+
+        def abort_if(estimate: Any) -> str | None:
+            half = estimate.rel_half_width
+            rate = estimate.output_throughput
+            if half is not None and math.isfinite(half):
+                basis = "upper 95% bound"
+            elif margin is not None and estimate.completed >= round_done:
+                # No interval yet. The load generator's steady rate may cover only the start
+                # of the second round (all streams back in prefill: low), and completed
+                # tokens / elapsed sinks between completions: each is low at some moment,
+                # the larger of the two is not far below the run's figure.
+                if estimate.elapsed_s > 0:
+                    rate = max(rate, estimate.completed * output_len / estimate.elapsed_s)
+                half, basis = margin, f"estimate + {margin:.0%} (no interval yet)"
+            else:
+                return None
+            throughput = rate / speedup
+            upper = throughput * (1.0 + half)
+            if upper >= threshold:
+                return None
+            return (
+                f"{throughput:,.1f} tok/s after {estimate.completed} requests, {basis} "
+                f"{upper:,.1f} < {settings.abort_below:g} x incumbent #{incumbent[1]} "
+                f"({incumbent[0]:,.1f} tok/s)"
+            )
+
+        return abort_if
+
     def _reuse(self, previous: int, attrs: dict[str, Any]) -> TrialOutcome:
         """An identical configuration was already measured: copy its result, launch nothing."""
         old = self.study.trials[previous]
@@ -561,7 +857,7 @@ class Tuner:
                 "config": attrs["config"],
                 "is_baseline": attrs["is_baseline"],
                 "reused_from": previous,
-                "phase_seconds": {"restart": 0.0, "warmup": 0.0, "measure": 0.0},
+                "phase_seconds": {"restart": 0.0, "probe": 0.0, "warmup": 0.0, "measure": 0.0},
             },
         }
         constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -39,6 +41,9 @@ class Behaviour:
     coalesce: bool = False
     """Write all events of a request in one network write."""
     models_status: int = 200
+    delay_spread: float = 0.0
+    """Noise: each request's chunk delay is ``chunk_delay_s * exp(N(0, delay_spread))``."""
+    seed: int = 0
 
 
 @dataclass
@@ -146,6 +151,11 @@ def _make_app(server: FakeServer) -> web.Application:
             if ttft:
                 await asyncio.sleep(ttft)
             out: list[bytes] = []
+            delay = b.chunk_delay_s
+            if b.delay_spread:
+                delay *= math.exp(
+                    random.Random(b.seed * 1_000_003 + index).gauss(0, b.delay_spread)
+                )
 
             async def emit(data: bytes) -> None:
                 if b.coalesce:
@@ -175,8 +185,8 @@ def _make_app(server: FakeServer) -> web.Application:
                     leave()
                     await emit(f"data: {{not json{eol}{eol}".encode())
                     break
-                if b.chunk_delay_s and sent < n:
-                    await asyncio.sleep(b.chunk_delay_s)
+                if delay and sent < n:
+                    await asyncio.sleep(delay)
             else:
                 await emit(_sse(_chunk("", chat, finish="length"), eol))
                 if mode != "no_usage":

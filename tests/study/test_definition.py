@@ -53,3 +53,49 @@ def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
     path.write_text("name: x\nspace: [a\n")
     with pytest.raises(ConfigError, match="YAML syntax error at line"):
         load_study_definition(path)
+
+
+def test_bundled_study_measures_cheaply_and_re_measures_its_top_3() -> None:
+    d = load_study_definition(REPO / "studies" / "dsv4-flash-sim.yaml")
+    assert d.early_abort is not None and d.early_abort.abort_below == 0.9
+    assert (d.remeasure.top_k, d.remeasure.repeats) == (3, 1)
+    assert d.load.target_rel_ci is None and d.load.requests == 32
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "needle"),
+    [
+        ("load: {duration_s: 10, target_rel_ci: 0.05}\n", "load.target_rel_ci", "exclude"),
+        ("load: {min_duration_s: 100, max_duration_s: 60}\n", "load.min_duration_s", "exceeds"),
+        ("load: {target_rel_ci: 1.5}\n", "load.target_rel_ci", "less than 1"),
+        ("early_abort: {abort_below: 1.2}\n", "early_abort.abort_below", "less than or equal"),
+        ("early_abort: {below: 0.9}\n", "early_abort.below", "unknown field"),
+        ("remeasure: {top_k: -1}\n", "remeasure.top_k", "greater than or equal"),
+        ("remeasure: {repeats: 50}\n", "remeasure.repeats", "less than or equal"),
+    ],
+)
+def test_measurement_settings_are_checked(
+    tmp_path: Path, body: str, field: str, needle: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: x\nspace: a.yaml\ndeployment: b.yaml\n" + body)
+    with pytest.raises(ConfigError) as info:
+        load_study_definition(path)
+    text = str(info.value)
+    assert f"field '{field}'" in text, text
+    assert needle in text, text
+
+
+def test_measurement_settings_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: x\nspace: a.yaml\ndeployment: b.yaml\nearly_abort: {}\n"
+        "load: {target_rel_ci: 0.05, min_duration_s: 2}\n"
+    )
+    (tmp_path / "a.yaml").write_text("")
+    (tmp_path / "b.yaml").write_text("")
+    d = load_study_definition(path)
+    assert d.early_abort is not None
+    assert (d.early_abort.abort_below, d.early_abort.margin_before_ci) == (0.9, 0.5)
+    assert (d.remeasure.top_k, d.remeasure.repeats) == (3, 1)
+    assert (d.load.target_rel_ci, d.load.min_duration_s) == (0.05, 2.0)
