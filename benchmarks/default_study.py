@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from winner_noise import true_throughput  # noqa: E402
 
 from autotune.results import (  # noqa: E402
+    TrialResult,
     best_estimate,
     feasible,
     format_estimate,
@@ -149,7 +150,7 @@ def summarize(name: str, db: Path, wall: float) -> dict[str, Any]:
     phases: dict[str, float] = collections.defaultdict(float)
     tuner_ms = []
     for t in trials:
-        ps = t.user_attrs.get("phase_seconds", {})
+        ps = TrialResult.from_frozen(t).phase_seconds  # tuner includes the storage write
         for k, v in ps.items():
             phases[k] += v
         if ps.get("restart"):

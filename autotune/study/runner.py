@@ -24,11 +24,10 @@ reuse index and the sampler never see them, and they are journaled and resumed l
 
 from __future__ import annotations
 
-import inspect
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,15 @@ from autotune.errors import AutotuneError, BenchError, LaunchError, StorageError
 from autotune.failpoints import failpoint
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
-from autotune.loadgen import SLO, LoadSpec, probe_text, rescale_time, run_load
+from autotune.loadgen import (
+    SLO,
+    AbortRule,
+    LiveEstimate,
+    LoadSpec,
+    probe_text,
+    rescale_time,
+    run_load,
+)
 from autotune.render import render
 from autotune.results import (
     best_estimate,
@@ -82,10 +89,6 @@ COUNT_REFRESH = 10
 """Trials between two reads of the completed count from storage (other workers add some)."""
 REMEASURE_ID_BASE = 1000
 """Journal key of re-measurement R of trial N: N * 1000 + R (repeats are at most 20)."""
-ADAPTIVE_LOADGEN = "target_rel_ci" in LoadSpec.model_fields
-"""The load generator can stop once its estimate is tight (feature check)."""
-ABORTING_LOADGEN = "abort_if" in inspect.signature(run_load).parameters
-"""The load generator can end the measure phase on the caller's word (feature check)."""
 
 
 class HostFailure(AutotuneError):
@@ -204,7 +207,6 @@ class Tuner:
         """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
         self._remeasuring = False
         self._remeasured = 0
-        self._warned_loadgen = False
 
     # ------------------------------------------------------------------ set-up
 
@@ -212,21 +214,9 @@ class Tuner:
         load = self.definition.load
         slo = self.definition.slo
         speedup = self.deployment.sim_speedup
-        adaptive: dict[str, Any] = {}
-        if load.target_rel_ci is not None or load.min_duration_s:
-            if ADAPTIVE_LOADGEN:
-                adaptive = {
-                    "target_rel_ci": load.target_rel_ci,
-                    "min_duration_s": load.min_duration_s,
-                }
-            elif not self._warned_loadgen:
-                self._warned_loadgen = True
-                self.progress.message(
-                    "load.target_rel_ci/min_duration_s are ignored: this load generator "
-                    "measures a fixed amount"
-                )
         return LoadSpec(
-            **adaptive,
+            target_rel_ci=load.target_rel_ci,
+            min_duration_s=load.min_duration_s,
             concurrency=load.concurrency,
             input_len=load.input_len,
             output_len=load.output_len,
@@ -756,10 +746,6 @@ class Tuner:
             if done == 1:
                 failpoint("measure")
 
-        extra: dict[str, Any] = {}
-        abort_if = None if fresh else self._abort_rule()
-        if abort_if is not None:
-            extra["abort_if"] = abort_if
         try:
             result = run_load(
                 endpoint,
@@ -767,7 +753,7 @@ class Tuner:
                 on_phase=on_phase,
                 on_progress=on_progress,
                 deadline=deadline,
-                **extra,
+                abort_if=None if fresh else self._abort_rule(),
             )
         except BenchError as exc:
             failure = "trial_timeout" if time.monotonic() >= deadline else "bench_failed"
@@ -784,9 +770,8 @@ class Tuner:
         attrs["metrics"] = metrics
         if result.stop_reason:
             attrs["stop_reason"] = result.stop_reason
-        aborted = getattr(result, "aborted", None)
-        if aborted:
-            attrs["aborted"] = str(aborted)
+        if result.aborted:
+            attrs["aborted"] = result.aborted
         if metrics["error_rate"] > self.definition.slo.max_error_rate:
             errors = ", ".join(f"{n}x {text}" for text, n in metrics["errors"].items())
             attrs["failure"] = "request_errors"
@@ -802,7 +787,7 @@ class Tuner:
             attrs=attrs,
         )
 
-    def _abort_rule(self) -> Callable[[Any], str | None] | None:
+    def _abort_rule(self) -> AbortRule | None:
         """``abort_if`` for the load generator: the trial is clearly below the incumbent.
 
         The load generator's estimate is wall-clock throughput of the servers it loads; the
@@ -811,7 +796,7 @@ class Tuner:
         """
         settings = self.definition.early_abort
         incumbent = self._incumbent
-        if settings is None or incumbent is None or not ABORTING_LOADGEN:
+        if settings is None or incumbent is None:
             return None
         threshold = settings.abort_below * incumbent[0]
         speedup = self.deployment.sim_speedup
@@ -821,7 +806,7 @@ class Tuner:
         if threshold <= 0:
             return None
 
-        def abort_if(estimate: Any) -> str | None:
+        def abort_if(estimate: LiveEstimate) -> str | None:
             half = estimate.rel_half_width
             rate = estimate.output_throughput
             if half is not None and math.isfinite(half):

@@ -27,6 +27,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ConfigError
 from autotune.study.definition import SAMPLERS
 
+_QUIET_INDEPENDENT: dict[str, Any] = (
+    {"warn_independent_sampling": False}
+    if tuple(int(p) for p in optuna.__version__.split(".")[:2]) < (4, 9)
+    else {}
+)
+"""Levers a local move switches on are sampled independently: expected, not worth a warning
+(the default from Optuna 4.9, where passing the argument is deprecated)."""
+
 TPE_STARTUP_TRIALS = 10
 """Random trials (after the enqueued baseline) before TPE models the space."""
 LOCAL_SHARE = 0.7
@@ -112,7 +120,7 @@ class LocalTPESampler(BaseSampler):
             group=True,
             constant_liar=True,
             n_startup_trials=n_startup_trials,
-            warn_independent_sampling=False,  # levers a local move switches on
+            **_QUIET_INDEPENDENT,
         )
         self._n_startup_trials = n_startup_trials
         self._local_share = local_share
@@ -297,9 +305,10 @@ class _Tried:
 
 
 def _tried(study: Study, trial: FrozenTrial) -> _Tried:
-    """Every finished or running trial but this one (parallel workers)."""
+    """Every finished or running trial but this one (parallel workers), as of this trial's
+    ``ask`` (Optuna's per-trial cache: one storage read per trial for the whole sampler)."""
     states = (TrialState.COMPLETE, TrialState.RUNNING)
-    trials = study._get_trials(deepcopy=False, states=states, use_cache=False)
+    trials = study._get_trials(deepcopy=False, states=states, use_cache=True)
     return _Tried([t.params for t in trials if t.number != trial.number and t.params])
 
 
