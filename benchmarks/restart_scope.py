@@ -13,8 +13,9 @@ goes first) so machine load falls on both alike: (a) ``apply`` alone, (b) ``stop
 ``apply``. A start-up failure (``LaunchError``: CUDA OOM, ...) is counted and the sequence
 goes on, as in the runner. Prints, per sampler and mode, the restart seconds per trial and
 the services (re)started per trial; the first apply of a sequence (everything starts in both
-modes) is left out. Also checks that (a) starts exactly the services whose fingerprint
-changed or that are not running. Usage:
+modes) is left out. Also checks that (a) starts no service whose fingerprint is unchanged
+and that is still running, and (``--count-configs``, no servers) counts the services whose
+rendered spec changes from launch to launch over a longer sequence. Usage:
 
     .venv/bin/python benchmarks/restart_scope.py --configs 40 --seed 0 --samplers tpe,random
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 import sys
 import tempfile
@@ -30,6 +32,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +116,8 @@ class Row:
     seconds: float
     started: list[str]
     failure: str | None
+    stop_seconds: float = 0.0  # stop_all (everything) + the apply's own stops
+    start_seconds: dict[str, float] = field(default_factory=dict)  # start-to-healthy
     waited: list[str] = field(default_factory=list)  # started by an earlier, failed apply
     extra: list[str] = field(default_factory=list)  # started although unchanged and running
 
@@ -145,18 +150,61 @@ class Side:
                 waited.append(service)
 
         failure = None
+        stop_seconds = 0.0
+        start_seconds: dict[str, float] = {}
         t0 = time.monotonic()
         try:
             if self.mode == "everything":
                 self.launcher.stop_all()
-            self.launcher.apply(specs, on_event=on_event)
+                stop_seconds = time.monotonic() - t0
+            result = self.launcher.apply(specs, on_event=on_event)
+            stop_seconds += result.stop_seconds
+            start_seconds = dict(result.seconds)
         except LaunchError as exc:
             failure = exc.failure
         seconds = time.monotonic() - t0
         # Whatever runs now was kept or started from these specs (stopped ones are forgotten).
         self.fingerprints = {n: s.fingerprint() for n, s in specs.items()}
         extra = [] if self.mode == "everything" else [n for n in started if n not in expected]
-        return Row(seconds, started, failure, waited=waited, extra=extra)
+        return Row(
+            seconds,
+            started,
+            failure,
+            stop_seconds=stop_seconds,
+            start_seconds=start_seconds,
+            waited=waited,
+            extra=extra,
+        )
+
+
+def fingerprint_changes(
+    space: SearchSpace, deployment: Deployment, configs: Sequence[Mapping[str, Any]]
+) -> list[list[str]]:
+    """Per launch after the first: the services whose rendered spec differs from the
+    previous launch's (what ``apply`` restarts when nothing crashed), without servers."""
+    run_dir = Path(tempfile.gettempdir()) / "autotune-restart-scope"
+    prints = [
+        {n: s.fingerprint() for n, s in render(space, deployment, dict(c), run_dir=run_dir).items()}
+        for c in configs
+    ]
+    return [[n for n in cur if prev.get(n) != cur[n]] for prev, cur in pairwise(prints)]
+
+
+def nearest_changes(
+    space: SearchSpace, deployment: Deployment, configs: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """Per launch after the first: the fewest services whose spec differs from any earlier
+    launch's (a local move starts from the best trial, not from the previous one)."""
+    run_dir = Path(tempfile.gettempdir()) / "autotune-restart-scope"
+    prints = [
+        {n: s.fingerprint() for n, s in render(space, deployment, dict(c), run_dir=run_dir).items()}
+        for c in configs
+    ]
+    return [
+        min(sum(old.get(n) != cur[n] for n in cur) for old in prints[:i])
+        for i, cur in enumerate(prints)
+        if i
+    ]
 
 
 def _deployments(path: Path) -> tuple[Deployment, Deployment]:
@@ -193,6 +241,8 @@ def summarize(rows: Sequence[Row], *, skip: int = 1) -> dict[str, Any]:
     secs = [r.seconds for r in rest]
     counts = [len(r.started) for r in rest]
     n = len(rest)
+    ok = [r for r in rest if r.failure is None]
+    router = [r.start_seconds["router"] for r in ok if "router" in r.start_seconds]
     return {
         "trials": n,
         "mean_s": statistics.mean(secs),
@@ -201,8 +251,15 @@ def summarize(rows: Sequence[Row], *, skip: int = 1) -> dict[str, Any]:
         "workers": statistics.mean(sum(s in WORKERS for s in r.started) for r in rest),
         "router": statistics.mean(("router" in r.started) for r in rest),
         "share": {k: sum(c == k for c in counts) / n for k in (0, 1, 2, 3)},
+        "by_count": {
+            k: statistics.mean(r.seconds for r in ok if len(r.started) == k)
+            for k in (1, 2, 3)
+            if any(len(r.started) == k for r in ok)
+        },
         "failures": [r.failure for r in rest if r.failure],
         "waited": sum(len(r.waited) for r in rest),
+        "stop_s": statistics.mean(r.stop_seconds for r in ok) if ok else math.nan,
+        "router_s": statistics.mean(router) if router else math.nan,
         "extra": [(i + max(1, skip), r.extra) for i, r in enumerate(rest) if r.extra],
     }
 
@@ -212,6 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=40, help="launched configs per sampler")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samplers", default="tpe,random", help="comma-separated")
+    parser.add_argument(
+        "--count-configs",
+        type=int,
+        default=150,
+        help="also count fingerprint changes (no servers) over this many launches; 0: off",
+    )
     args = parser.parse_args(argv)
     if args.configs < 2:
         parser.error("--configs must be at least 2 (the first apply is left out)")
@@ -255,10 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {mode:10s} restart per trial mean {s['mean_s']:.2f} s, median "
                 f"{s['median_s']:.2f} s; services started {s['services']:.2f} (workers "
                 f"{s['workers']:.2f}, router {s['router']:.2f}); 0/1/2/3 services: {share}; "
-                f"failures {s['failures']}; waits {s['waited']}"
+                f"failures {s['failures']}; waits {s['waited']}; stopping {s['stop_s']:.2f} s, "
+                f"router start {s['router_s']:.2f} s"
             )
-            if s["extra"]:
-                print(f"  {mode:10s} started though unchanged and running: {s['extra']}")
+            by = ", ".join(f"{k}: {v:.2f} s" for k, v in s["by_count"].items())
+            print(f"  {mode:10s} mean seconds by services started (no failure): {by}")
+            if mode == "changed":
+                print(f"  {mode:10s} started though unchanged and running: {s['extra'] or 'none'}")
         k = seq.startup_launches
         if 1 < k < len(seq.configs):
             late = {m: summarize(rows, skip=k) for m, rows in results[seq.sampler].items()}
@@ -290,6 +356,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         if differ:
             print(f"  configs that failed in one mode only: {differ}")
+    if args.count_configs > 1:
+        deployment = load_deployment(definition.resolve(definition.deployment))
+        print(f"\nfingerprint changes over {args.count_configs} launches (no servers):")
+        for sampler in samplers:
+            seq = launch_sequence(sampler, args.seed, args.count_configs)
+            changes = fingerprint_changes(space, deployment, seq.configs)
+            late = changes[max(seq.startup_launches, 1) - 1 :]
+            for label, part in (("all", changes), ("after the start-up", late)):
+                counts = [len(c) for c in part]
+                one = [c[0] for c in part if len(c) == 1]
+                print(
+                    f"  {sampler:7s} {label:18s} ({len(part)} launches): services changed "
+                    f"mean {statistics.mean(counts):.2f}; 0/1/2 workers: "
+                    + " / ".join(f"{100 * counts.count(k) / len(part):.0f}%" for k in (0, 1, 2))
+                    + f" (one: {one.count('prefill')} prefill, {one.count('decode')} decode)"
+                )
+            near = nearest_changes(space, deployment, seq.configs)
+            print(
+                f"  {sampler:7s} one worker from the nearest earlier launch (not the previous): "
+                f"{100 * near.count(1) / len(near):.0f}% of {len(near)} launches"
+            )
     return 0
 
 

@@ -132,12 +132,14 @@ class EarlyAbortSettings(BaseModel):
     estimate's upper bound is compared with ``abort_below`` x the incumbent's throughput
     (the best feasible, fully measured trial); below it, the measure phase ends and the trial
     is stored with its partial estimate and ``aborted: reason``. The upper bound is the load
-    generator's 95% confidence bound once it has one (about ten request latencies of data);
-    before that, once every stream has finished a request, it is the running estimate x
-    (1 + ``margin_before_ci``) (null: wait for the interval). Both cover only this run's
-    noise: the gap to the incumbent (0.9 = 10%, 1/1.5 before an interval) is what protects a
-    configuration as good as the incumbent from run-to-run noise (machine load, each
-    process's own speed; ``benchmarks/winner_noise.py`` measures it).
+    generator's 95% confidence bound once it has one (about three request latencies into the
+    measure phase: one of start-up ramp, then eight batches of a quarter latency each;
+    ``autotune/loadgen/estimate.py``); before that, once every stream has finished a request,
+    it is the running estimate x (1 + ``margin_before_ci``) (null: wait for the interval).
+    Both cover only this run's noise: the gap to the incumbent (0.9 = 10%, 1/1.5 before an
+    interval) is what protects a configuration as good as the incumbent from run-to-run
+    noise (machine load, each process's own speed; ``benchmarks/winner_noise.py`` measures
+    it).
     """
 
     model_config = ConfigDict(extra="forbid")
