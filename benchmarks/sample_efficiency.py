@@ -5,9 +5,10 @@ of a deployment: real ``SearchSpace.suggest`` on real Optuna trials from the rea
 ``make_sampler``; the baseline enqueued first; a forbidden proposal recorded infeasible and
 never launched; an identical configuration reused, not launched; a launch that crashes or
 serves wrong text completed with the runner's own failed values and constraints
-(``Tuner._failed`` / ``Tuner._reuse``); every trial stored by ``finish_trial``. The sampler
-therefore sees exactly what it sees in production, and the true optimum of each surface is
-known, so "how many trials to get within 5% of it" has an exact answer.
+(``failed_outcome`` / ``reused_outcome`` of ``autotune.study.record``); every trial stored
+by ``finish_trial``. The sampler therefore sees exactly what it sees in production, and
+the true optimum of each surface is known, so "how many trials to get within 5% of it"
+has an exact answer.
 
 Surfaces:
 
@@ -57,7 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -74,8 +75,12 @@ from autotune.space.model import FloatParam, IntParam
 from autotune.space.params import ParamInfo
 from autotune.study.definition import OBJECTIVES, SLOSettings, load_study_definition
 from autotune.study.objectives import Objective
-from autotune.study.record import TrialOutcome, finish_trial
-from autotune.study.runner import Tuner
+from autotune.study.record import (  # noqa: E402
+    TrialOutcome,
+    failed_outcome,
+    finish_trial,
+    reused_outcome,
+)
 from autotune.study.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -353,12 +358,6 @@ def build_sampler(
     return make_sampler(name, seed=seed, grid=grid, multi_objective=multi_objective)
 
 
-def _tuner_view(surface: Surface, study: optuna.Study) -> Any:
-    """What ``Tuner._failed`` / ``Tuner._reuse`` read from ``self``: the runner's own code
-    builds failed and reused outcomes, so they are exactly what production stores."""
-    return SimpleNamespace(objective=surface.objective, study=study)
-
-
 def run_one(
     surface: Surface,
     sampler_name: str,
@@ -382,7 +381,6 @@ def run_one(
     study = optuna.create_study(directions=objective.directions, sampler=sampler)
     study.set_metric_names(objective.metric_names)
     study.enqueue_trial(space.baseline_params(), user_attrs={"is_baseline": True})
-    view = _tuner_view(surface, study)
     rng = np.random.default_rng([seed, 7919])
     known: dict[str, int] = {}
     crashed: dict[str, list[dict[str, Any]]] = {}  # failure class -> configs that crashed
@@ -411,10 +409,10 @@ def run_one(
         if violations:  # runner step 2: never launched, infeasible
             kind = "forbidden"
             reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
-            outcome = Tuner._failed(view, attrs, failure="forbidden", reason=reason)
+            outcome = failed_outcome(objective, attrs, failure="forbidden", reason=reason)
         elif key in known:  # runner step 3: the earlier result, nothing launched
             kind = "duplicate"
-            outcome = Tuner._reuse(view, known[key], attrs)
+            outcome = reused_outcome(study, known[key], attrs, objective=objective)
             failure = outcome.attrs.get("failure")
             true_value = run.true_values[known[key]]
         else:  # launch
@@ -426,7 +424,7 @@ def run_one(
                 same = crashed.setdefault(failure, [])
                 near = any(distance(space, config, c) <= NEAR for c in same)
                 same.append(config)
-                outcome = Tuner._failed(view, attrs, failure=failure, reason=launch.reason)
+                outcome = failed_outcome(objective, attrs, failure=failure, reason=launch.reason)
             else:
                 true_value = launch.throughput
                 metrics = _metrics(launch)

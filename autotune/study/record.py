@@ -28,6 +28,7 @@ try:  # Optuna's key for a trial's constraint values (Trial.set_constraint write
 except ImportError:  # pragma: no cover - another Optuna layout: Trial.set_constraint
     _CONSTRAINTS_KEY = ""
 from autotune.secrets import redact
+from autotune.study.objectives import Objective
 from autotune.study.storage import batched_writes
 
 LOG_TAIL_CHARS = 4000
@@ -61,6 +62,47 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return json.loads(json.dumps(value, default=str))
+
+
+def failed_outcome(
+    objective: Objective,
+    attrs: dict[str, Any],
+    *,
+    failure: str,
+    reason: str,
+    log_tail: str = "",
+) -> TrialOutcome:
+    """An infeasible outcome (forbidden, crashed, wrong output, ...): ``attrs`` with the
+    failure class, its reason and the log tail; the objective's failed values."""
+    attrs.update(failure=failure, reason=reason, log_tail=log_tail)
+    return TrialOutcome(
+        values=objective.failed_values(),
+        constraints=objective.failed_constraints(),
+        attrs=attrs,
+    )
+
+
+def reused_outcome(
+    study: optuna.Study, previous: int, attrs: dict[str, Any], *, objective: Objective
+) -> TrialOutcome:
+    """The outcome of trial ``previous`` (an identical configuration) copied to a new trial:
+    nothing is launched; the copy says where it came from (``reused_from``)."""
+    old = study.trials[previous]
+    attrs = {
+        **{k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")},
+        **{
+            "config": attrs["config"],
+            "is_baseline": attrs["is_baseline"],
+            "reused_from": previous,
+            "phase_seconds": {"restart": 0.0, "probe": 0.0, "warmup": 0.0, "measure": 0.0},
+        },
+    }
+    constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}
+    return TrialOutcome(
+        values=list(old.values or objective.failed_values()),
+        constraints=constraints,
+        attrs=attrs,
+    )
 
 
 def finish_trial(

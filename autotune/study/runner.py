@@ -67,7 +67,13 @@ from autotune.study.effective import find_overrides
 from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
 from autotune.study.progress import NullProgress, ProgressSink, TrialReport
-from autotune.study.record import TrialOutcome, fail_trial, finish_trial
+from autotune.study.record import (
+    TrialOutcome,
+    fail_trial,
+    failed_outcome,
+    finish_trial,
+    reused_outcome,
+)
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     batched_writes,
@@ -639,16 +645,6 @@ class Tuner:
 
     # ------------------------------------------------------------------ one trial
 
-    def _failed(
-        self, attrs: dict[str, Any], *, failure: str, reason: str, log_tail: str = ""
-    ) -> TrialOutcome:
-        attrs.update(failure=failure, reason=reason, log_tail=log_tail)
-        return TrialOutcome(
-            values=self.objective.failed_values(),
-            constraints=self.objective.failed_constraints(),
-            attrs=attrs,
-        )
-
     def _evaluate(
         self, config: dict[str, Any], *, is_baseline: bool, fresh: bool = False
     ) -> TrialOutcome:
@@ -667,7 +663,7 @@ class Tuner:
         violations = self.space.violations(config)
         if violations:
             reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
-            return self._failed(attrs, failure="forbidden", reason=reason)
+            return failed_outcome(self.objective, attrs, failure="forbidden", reason=reason)
 
         specs = render(self.space, self.deployment, config, run_dir=self.run_dir)
         attrs["services"] = {
@@ -687,7 +683,7 @@ class Tuner:
 
         previous = None if fresh else self._known.get(self.space.config_key(config))
         if previous is not None:
-            return self._reuse(previous, attrs)
+            return reused_outcome(self.study, previous, attrs, objective=self.objective)
 
         deadline = time.monotonic() + self.definition.trial_timeout_s
 
@@ -707,7 +703,8 @@ class Tuner:
             attrs["phase_seconds"]["restart"] = time.monotonic() - t
             if exc.failure in NOT_THE_CONFIG:
                 raise HostFailure(str(exc)) from None
-            return self._failed(
+            return failed_outcome(
+                self.objective,
                 attrs,
                 failure=exc.failure,
                 reason=f"{exc.service}: {exc.reason}",
@@ -833,25 +830,6 @@ class Tuner:
 
         return abort_if
 
-    def _reuse(self, previous: int, attrs: dict[str, Any]) -> TrialOutcome:
-        """An identical configuration was already measured: copy its result, launch nothing."""
-        old = self.study.trials[previous]
-        attrs = {
-            **{k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")},
-            **{
-                "config": attrs["config"],
-                "is_baseline": attrs["is_baseline"],
-                "reused_from": previous,
-                "phase_seconds": {"restart": 0.0, "probe": 0.0, "warmup": 0.0, "measure": 0.0},
-            },
-        }
-        constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}
-        return TrialOutcome(
-            values=list(old.values or self.objective.failed_values()),
-            constraints=constraints,
-            attrs=attrs,
-        )
-
     def _after_fault(
         self, specs: Mapping[str, ServiceSpec], attrs: dict[str, Any], *, failure: str, reason: str
     ) -> TrialOutcome:
@@ -864,7 +842,7 @@ class Tuner:
             failure = died.failure
         tail = died.log_tail if died is not None else self.launcher.log_tails(specs)
         self.launcher.stop_all()
-        return self._failed(attrs, failure=failure, reason=reason, log_tail=tail)
+        return failed_outcome(self.objective, attrs, failure=failure, reason=reason, log_tail=tail)
 
     def _check_output(self, endpoint: str, *, deadline: float) -> str | None:
         """None when the greedy probe's text matches the reference, else the reason."""
