@@ -1,7 +1,15 @@
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
 # Test helper modules (e2e_helpers, conftest_results) live beside the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The suite sends SIGINT to itself and to the processes it starts (Ctrl-C tests; invoke
+# interrupts a remote command that runs past its timeout). Started as a background job of a
+# non-interactive shell, pytest would inherit SIGINT ignored and pass that on to every child:
+# those tests would test nothing. Python's own handler here means children start with the
+# default again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
