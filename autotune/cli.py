@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,99}")
 StudyOpt = typer.Option(
     DEFAULT_STUDY, "--study", help="Study name (also selects studies/NAME.yaml)."
 )
@@ -157,8 +159,25 @@ def run(
     ),
     seed: int | None = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Sampler seed."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
+    deployment: Path | None = typer.Option(
+        None,
+        "--deployment",
+        help="Deployment file this worker drives (default: the study file's). Several "
+        "workers with their own deployments share one study on PostgreSQL.",
+    ),
+    worker: str | None = typer.Option(
+        None,
+        "--worker",
+        help="This worker's name in the study (default HOST/DEPLOYMENT); the same name "
+        "resumes its own interrupted trial.",
+    ),
 ) -> None:
-    """Run (or resume) a study: the same command continues where it stopped."""
+    """Run (or resume) a study: the same command continues where it stopped.
+
+    Started on several machines with the same --storage and --study, the workers share the
+    study: no configuration is measured twice, a worker that dies is noticed and its trial
+    re-queued. See `autotune status`.
+    """
     from autotune.study.definition import SAMPLERS, load_study_definition
     from autotune.study.progress import make_progress
     from autotune.study.runner import Tuner
@@ -168,8 +187,17 @@ def run(
         from autotune.errors import ConfigError
 
         raise ConfigError(f"unknown sampler {sampler!r}", field="--sampler", allowed=SAMPLERS)
+    if worker is not None and not _WORKER_NAME.fullmatch(worker):
+        from autotune.errors import ConfigError
+
+        raise ConfigError(
+            f"worker name {worker!r} is not allowed",
+            field="--worker",
+            allowed="1-100 characters: letters, digits, '.', '_', '-', '/', ':'",
+        )
     path = study_file or Path("studies") / f"{study}.yaml"
     definition = load_study_definition(path)
+
     url = _storage_url(study, storage)
     progress = make_progress(quiet=quiet)
     try:
@@ -180,9 +208,12 @@ def run(
             sampler=sampler,
             seed=seed,
             progress=progress,
+            worker=worker,
+            deployment=deployment,
         )
+        who = f" as worker {tuner.worker_name!r}" if worker or tuner.shared else ""
         progress.message(
-            f"study {study!r} on {_shown(url)}: {tuner.completed_count()} completed "
+            f"study {study!r} on {_shown(url)}{who}: {tuner.completed_count()} completed "
             f"trials, target {trials}"
         )
         summary = tuner.run(n_trials=trials)
@@ -361,6 +392,85 @@ def report(
     with _writing("--out"):
         path = write_report(opened, path=target)
     console.print(f"report written: {path}", highlight=False, markup=False)
+
+
+@app.command()
+@_friendly
+def status(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
+    """Workers of the study (running, lost, stopped) and what each is doing, running trials,
+    trial counts (reused, infeasible, aborted, duplicate configurations) and the best so far."""
+    from autotune.study.status import render_status, status_json, study_status
+    from autotune.study.storage import storage_errors
+
+    _check_study(study)
+    opened = _open_existing(study, storage)
+    with storage_errors(_storage_url(study, storage), f"reading study {study!r}"):
+        current = study_status(opened)
+    if as_json:
+        sys.stdout.write(json.dumps(status_json(current), indent=2) + "\n")
+        return
+    # Every string a user or worker wrote (study, worker, host, phase) is a rich Text in
+    # the renderable, never markup: a "[/]" in a worker name prints as it is.
+    console.print(render_status(current))
+
+
+@app.command()
+@_friendly
+def migrate(
+    from_url: str = typer.Option(
+        ..., "--from", help="Source storage URL, e.g. sqlite:///studies/NAME.db (only read)."
+    ),
+    to_url: str = typer.Option(
+        ...,
+        "--to",
+        help="Target storage URL, e.g. postgresql+psycopg2://USER@HOST/DB (the database "
+        "must exist; a new SQLite file is created).",
+    ),
+    study: str | None = typer.Option(
+        None, "--study", help="Study to move (default: the only study in the source)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
+) -> None:
+    """Move a study to another storage (e.g. SQLite to PostgreSQL for several workers): all
+    trials, waiting retries, re-measurements and worker records, verified field by field;
+    refused while the source has RUNNING trials or the target holds the study. The source is
+    left as it was."""
+    from autotune.study.migrate import migrate_study
+
+    def progress(line: str) -> None:
+        err_console.print(_one_line(line), highlight=False, markup=False, soft_wrap=True)
+
+    try:
+        report = migrate_study(
+            source_url=from_url,
+            target_url=to_url,
+            study_name=study,
+            progress=None if quiet else progress,
+        )
+    except KeyboardInterrupt:
+        err_console.print(
+            "interrupted: nothing was kept in the target; the source is unchanged",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(code=130) from None
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in report.trials.items()) or "none"
+    console.print(
+        _one_line(
+            f"migrated study {report.study_name!r} from {report.source} to {report.target}: "
+            f"{report.total_trials} trials ({counts}), {report.study_user_attrs} user and "
+            f"{report.study_system_attrs} system study attributes, in {report.seconds:.1f}s; "
+            "verified field by field. The source is unchanged. Next: run the workers with "
+            f"--study {report.study_name} --storage <the --to URL>"
+        ),
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
 
 
 @app.command()

@@ -4,6 +4,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 # Test helper modules (e2e_helpers, conftest_results) live beside the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -13,3 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # those tests would test nothing. Python's own handler here means children start with the
 # default again.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+from pg_server import pg_server_fixture, pg_url_fixture  # noqa: E402
+
+# A real PostgreSQL server for the session (tests/pg_server.py), a fresh database per test.
+pg_server = pytest.fixture(scope="session", name="pg_server")(pg_server_fixture)
+pg_url = pytest.fixture(name="pg_url")(pg_url_fixture)

@@ -151,6 +151,9 @@ def test_space_check_invalid_names_file_field_allowed(tmp_path: Path) -> None:
         (["best"], "no study database"),
         (["report"], "no study database"),
         (["run", "--study-file", "missing.yaml"], "missing.yaml"),
+        (["run", "--worker", "bad name!"], "--worker"),
+        (["run", "--study-file", str(E2E_STUDY), "--deployment", "nope.yaml"], "nope.yaml"),
+        (["status"], "no study database"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -160,6 +163,15 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: s
     assert out.returncode == 2, out.stdout + out.stderr
     assert needle in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_migrate_from_a_missing_database_is_one_line(tmp_path: Path) -> None:
+    out = autotune_cli(
+        "migrate", "--from", "sqlite:///absent.db", "--to", "sqlite:///b.db", cwd=tmp_path,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and "absent.db" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "b.db").exists()
 
 
 @pytest.mark.slow

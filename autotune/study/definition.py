@@ -163,6 +163,31 @@ class RemeasureSettings(BaseModel):
     repeats: int = Field(1, ge=0, le=20)
 
 
+class WorkerSettings(BaseModel):
+    """How workers sharing a study watch each other (``autotune run`` on several machines).
+
+    Each worker beats every ``heartbeat_s`` for its running trial; a trial whose heartbeat
+    is older than ``lease_s`` is failed as ``worker_lost`` by any live worker and its config
+    re-queued. The lease must cover a database outage you want to ride out without losing
+    trials, and several heartbeats.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    heartbeat_s: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False)
+    lease_s: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _lease_covers_beats(self) -> WorkerSettings:
+        if self.lease_s < 2 * self.heartbeat_s:
+            raise PydanticCustomError(
+                "lease",
+                "lease_s ({lease}) must be at least twice heartbeat_s ({beat})",
+                {"lease": f"{self.lease_s:g}", "beat": f"{self.heartbeat_s:g}", "field": "lease_s"},
+            )
+        return self
+
+
 class StudyDefinition(BaseModel):
     """One ``studies/NAME.yaml`` file."""
 
@@ -181,6 +206,7 @@ class StudyDefinition(BaseModel):
     early_abort: EarlyAbortSettings | None = None
     """Null (default): every trial is measured in full."""
     remeasure: RemeasureSettings = Field(default_factory=RemeasureSettings)  # type: ignore[arg-type]
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)  # type: ignore[arg-type]
     trial_timeout_s: PositiveFinite = 1800.0
     keep_services_running: bool = False
 

@@ -24,20 +24,25 @@ reuse index and the sampler never see them, and they are journaled and resumed l
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import math
+import re
 import signal
+import threading
 import time
-from collections.abc import Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.deployment import Deployment, load_deployment
-from autotune.errors import AutotuneError, BenchError, LaunchError, StorageError
+from autotune.errors import AutotuneError, BenchError, ConfigError, LaunchError, StorageError
 from autotune.failpoints import failpoint
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
@@ -62,6 +67,7 @@ from autotune.results import (
 from autotune.secrets import redact
 from autotune.space import SearchSpace, load_space
 from autotune.specs import ServiceSpec
+from autotune.study.claims import claim, claim_key, take_over
 from autotune.study.definition import StudyDefinition
 from autotune.study.effective import find_overrides
 from autotune.study.journal import Journal
@@ -82,19 +88,57 @@ from autotune.study.storage import (
     create_or_load_study,
     describe_storage_failure,
     display_url,
+    is_server_url,
     open_storage,
+    retrying,
     storage_errors,
+)
+from autotune.study.workers import (
+    TRIAL_WORKER_ATTR,
+    LostTrial,
+    Worker,
+    WorkerBusy,
+    default_worker_name,
+    fail_lost_trial,
+    is_gone,
+    lost_trials,
+    read_workers,
 )
 
 REFERENCE_ATTR = "reference_output"
 NOT_THE_CONFIG = frozenset({"host_unreachable"})
 """Launch failures that say nothing about the configuration: the trial is not scored."""
+BASELINE_CLAIM = "autotune:claim:baseline"
+"""Held by whichever worker enqueued the baseline of a new study."""
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
 COUNT_REFRESH = 10
 """Trials between two reads of the completed count from storage (other workers add some)."""
 REMEASURE_ID_BASE = 1000
 """Journal key of re-measurement R of trial N: N * 1000 + R (repeats are at most 20)."""
+
+
+_T = TypeVar("_T")
+_INTERRUPT_PENDING = threading.Event()
+"""Ctrl-C/SIGTERM arrived inside a deferred block (see :func:`_deferred_interrupts`)."""
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _dir_name(worker: str) -> str:
+    """A worker name as one directory name (names may hold '/' and ':')."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", worker)
+
+
+class ClaimedElsewhere(Exception):
+    """The proposed configuration is being measured by another trial (another worker)."""
+
+    def __init__(self, owner: int, worker: str | None) -> None:
+        by = f" (worker {worker})" if worker else ""
+        super().__init__(f"the same configuration is being measured by trial #{owner}{by}")
+        self.owner = owner
 
 
 class HostFailure(AutotuneError):
@@ -157,9 +201,15 @@ def _deferred_interrupts() -> Iterator[None]:
     short, so the user still sees the run stop within a second.
     """
     received: list[int] = []
-    with _handling((signal.SIGINT, signal.SIGTERM), lambda signum, frame: received.append(signum)):
+
+    def hold(signum: int, frame: Any) -> None:
+        received.append(signum)
+        _INTERRUPT_PENDING.set()  # a database retry inside the block stops waiting
+
+    with _handling((signal.SIGINT, signal.SIGTERM), hold):
         yield
     if received:
+        _INTERRUPT_PENDING.clear()
         raise KeyboardInterrupt
 
 
@@ -177,12 +227,16 @@ class Tuner:
         launcher: Launcher | None = None,
         progress: ProgressSink | None = None,
         run_dir: Path | None = None,
+        worker: str | None = None,
+        deployment: Path | None = None,
     ) -> None:
         self.definition = definition
         self.study_name = check_study_name(study_name)
         self.storage_url = storage_url
         self.space: SearchSpace = load_space(definition.resolve(definition.space))
-        self.deployment: Deployment = load_deployment(definition.resolve(definition.deployment))
+        self.deployment: Deployment = load_deployment(
+            deployment if deployment is not None else definition.resolve(definition.deployment)
+        )
         self.objective = Objective(kind=definition.objective, slo=definition.slo)
         self.progress = progress or NullProgress()
         sampler_name = sampler or definition.sampler
@@ -195,12 +249,26 @@ class Tuner:
         self.storage = open_storage(storage_url, create=True)
         self.study = create_or_load_study(
             study_name,
-            batching(self.storage),
+            batching(
+                self.storage,
+                retry=lambda what, fn: retrying(
+                    fn,
+                    url=storage_url,
+                    what=what,
+                    on_wait=self.progress.message,
+                    stop=_INTERRUPT_PENDING.is_set,
+                ),
+            ),
             directions=self.objective.directions,
             sampler=self.sampler,
             metric_names=self.objective.metric_names,
         )
-        self.run_dir = run_dir or self.deployment.default_run_dir(study_name)
+        self.worker_name = worker or default_worker_name(self.deployment.name)
+        # Named workers keep their own journal and service state (several may share a host).
+        default_dir = self.deployment.default_run_dir(study_name)
+        self.run_dir = run_dir or (
+            default_dir / "workers" / _dir_name(worker) if worker else default_dir
+        )
         self.launcher = launcher or make_launcher(self.deployment, run_dir=self.run_dir)
         self.journal = Journal(
             self.run_dir / "journal", storage_url=storage_url, study_name=study_name
@@ -213,6 +281,18 @@ class Tuner:
         """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
         self._remeasuring = False
         self._remeasured = 0
+        self.worker = Worker(
+            self.study,
+            name=self.worker_name,
+            deployment=self.deployment.name,
+            heartbeat_s=definition.workers.heartbeat_s,
+            lease_s=definition.workers.lease_s,
+            on_error=self.progress.message,
+        )
+        self.shared = is_server_url(storage_url)
+        """Several workers may share the study (a database server): configurations are
+        claimed, lost trials looked for and counts read back every trial. On SQLite one
+        worker runs at a time (a second one is refused) and none of that costs a write."""
 
     # ------------------------------------------------------------------ set-up
 
@@ -254,7 +334,28 @@ class Tuner:
         for trial_id in self.journal.trial_ids():
             if trial_id not in running_ids:  # recorded already; the tuner died before cleaning
                 self.journal.discard(trial_id)
+        now = _utcnow()
+        records = read_workers(self.study)
+        live = {
+            name
+            for name, record in records.items()
+            if name != self.worker_name
+            and record is not None
+            and record.is_live(now)
+            and not is_gone(record)
+        }
         for trial in running:
+            owner = trial.system_attrs.get(TRIAL_WORKER_ATTR)
+            if owner in live or (owner is None and live):
+                continue  # another worker's, alive (or unknown: its lease decides)
+            if owner is not None and owner != self.worker_name:
+                record = records.get(owner)
+                gone = "its record is unreadable" if record is None else record.describe_gone(now)
+                self._fail_lost(
+                    LostTrial(trial._trial_id, trial.number, owner, None),
+                    reason=f"worker {owner!r} is gone ({gone}); the config is retried",
+                )
+                continue
             saved = self.journal.load(trial._trial_id)
             if saved is not None:
                 with _deferred_interrupts():
@@ -302,12 +403,40 @@ class Tuner:
                     )
             self.remeasure_journal.discard(entry)
 
+    def _reap_lost(self) -> None:
+        """Fail and re-queue the trials of workers that stopped beating (other workers')."""
+        lease = self.definition.workers.lease_s
+        for lost in lost_trials(self.study, lease_s=lease, exclude_worker=self.worker_name):
+            who = f"worker {lost.worker!r}" if lost.worker else "its worker"
+            silent = (
+                f"no heartbeat for {lost.silent_s:.0f} s"
+                if lost.silent_s is not None
+                else "no heartbeat at all"
+            )
+            self._fail_lost(
+                lost, reason=f"{who} stopped ({silent}, lease {lease:g} s); the config is retried"
+            )
+
+    def _fail_lost(self, lost: LostTrial, *, reason: str) -> None:
+        with _deferred_interrupts():
+            if not fail_lost_trial(self.study, lost, reason=reason):
+                return  # another worker did it first
+            self._retry_later(self.study.trials[lost.number])
+        self.progress.message(f"trial #{lost.number} failed as worker_lost: {reason}")
+
+    def _phase(self, name: str) -> None:
+        self.progress.phase(name)
+        self.worker.on_phase(name)
+
     @staticmethod
     def _baseline_attr(trial: FrozenTrial) -> dict[str, Any]:
         return {"is_baseline": True} if trial.user_attrs.get("is_baseline") else {}
 
     def _enqueue_baseline(self) -> None:
-        if not self.study.get_trials(deepcopy=False):
+        """The baseline is trial 0 of a new study: enqueued by the first worker only."""
+        if self.study.get_trials(deepcopy=False):
+            return
+        if claim(self.study, BASELINE_CLAIM, -1).won:
             self.study.enqueue_trial(self.space.baseline_params(), user_attrs={"is_baseline": True})
 
     def _index_known(self) -> None:
@@ -332,6 +461,17 @@ class Tuner:
     def completed_count(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
+    def _db(self, what: str, fn: Callable[[], _T]) -> _T:
+        """``fn`` (direct SQL: claims, lost trials) retried with backoff while a database
+        server is unreachable; storage calls through Optuna are retried by the storage."""
+        return retrying(
+            fn,
+            url=self.storage_url,
+            what=what,
+            on_wait=self.progress.message,
+            stop=_INTERRUPT_PENDING.is_set,
+        )
+
     # ------------------------------------------------------------------ loop
 
     def run(self, *, n_trials: int) -> RunSummary:
@@ -344,17 +484,23 @@ class Tuner:
         failed = True
         try:
             with _sigterm_as_interrupt(), storage_errors(self.storage_url, "accessing the study"):
+                try:
+                    self.worker.start(alone=not self.shared)
+                except WorkerBusy as exc:
+                    raise ConfigError(str(exc), field="--worker") from None
                 self._recover_stale()
                 self._enqueue_baseline()
                 self._index_known()
                 done = self.completed_count()
                 while done < n_trials:
-                    self._one_trial(index=done + 1, total=n_trials)
-                    ran += 1
-                    # Counted in memory (a read of every new trial costs ~6 ms); the storage
-                    # is asked again every 10 trials and before stopping, for other workers.
-                    done += 1
-                    if ran % COUNT_REFRESH == 0 or done >= n_trials:
+                    if self.shared:
+                        self._db("looking for lost trials", self._reap_lost)
+                    if self._one_trial(index=done + 1, total=n_trials):
+                        ran += 1
+                        done += 1
+                    # Counted in memory (a read of every new trial costs ~6 ms) when this is
+                    # the only worker; shared storage is asked every trial.
+                    if self.shared or ran % COUNT_REFRESH == 0 or done >= n_trials:
                         done = self.completed_count()
                 self._remeasure_phase()
             failed = False
@@ -362,6 +508,7 @@ class Tuner:
             interrupted = True
             failed = False
         finally:
+            self.worker.stop("interrupted" if interrupted else "failed" if failed else "stopped")
             stopped, left = self._wind_down(stop=failed or interrupted)
         with storage_errors(self.storage_url, "accessing the study"):
             total = self.completed_count()
@@ -398,23 +545,38 @@ class Tuner:
             return [n for n in running if n not in left], left
         return running, []
 
-    def _one_trial(self, *, index: int, total: int) -> None:
+    def _one_trial(self, *, index: int, total: int) -> bool:
+        """One trial, stored; False when it was not run (its config was claimed by another
+        worker's trial in flight: recorded as FAIL, not counted)."""
         t0 = time.monotonic()
         trial: optuna.Trial | None = None
         try:
             with _deferred_interrupts():
                 trial = self.study.ask()
+            self.worker.on_trial(trial)
             failpoint("trial.asked")
             with _deferred_interrupts(), batched_writes(self.study, trial._trial_id):
-                # One transaction for all the parameters (each would be its own commit),
-                # written before anything is launched, so a retry finds them.
+                # One transaction for all the parameters (each would be its own commit) and
+                # the owner, written before anything is launched, so a retry finds them.
+                self.study._storage.set_trial_system_attr(
+                    trial._trial_id, TRIAL_WORKER_ATTR, self.worker_name
+                )
                 config = self.space.suggest(trial)
             self.progress.trial_started(
                 number=trial.number, index=index, total=total, config=config
             )
             outcome = self._evaluate(
-                config, is_baseline=bool(trial.user_attrs.get("is_baseline", False))
+                config,
+                is_baseline=bool(trial.user_attrs.get("is_baseline", False)),
+                claim_as=trial.number if self.shared else None,
             )
+        except ClaimedElsewhere as exc:
+            assert trial is not None
+            with _deferred_interrupts():
+                fail_trial(self.study, trial, failure="claimed", reason=str(exc))
+            self.worker.on_trial(None)
+            self.progress.message(f"trial #{trial.number} not run: {exc}")
+            return False
         except HostFailure as exc:
             assert trial is not None  # raised by _evaluate
             fail_trial(self.study, trial, failure="host_unreachable", reason=str(exc))
@@ -437,13 +599,17 @@ class Tuner:
             )
             raise
         elapsed = self._close_phases(outcome, t0)
+        self._phase("store")
         self._store(trial, outcome)
+        self.worker.on_trial(None)
+        self.worker.trial_done()
         key = self.space.config_key(config)
         if outcome.attrs.get("reused_from") is None:
             self._known.setdefault(key, trial.number)
         if outcome.failure is None and outcome.feasible and not outcome.attrs.get("aborted"):
             self._consider_incumbent(outcome.values[0], trial.number)
         self._report(trial.number, outcome, elapsed)
+        return True
 
     @staticmethod
     def _close_phases(outcome: TrialOutcome, t0: float) -> float:
@@ -477,7 +643,9 @@ class Tuner:
     def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
         """Journal first, then storage, with Ctrl-C/SIGTERM held until both are done.
 
-        A failed write keeps the measurement in the journal for the next run.
+        A failed write keeps the measurement in the journal for the next run (a database
+        server that went away is waited for first, see ``autotune.study.storage.retrying``;
+        Ctrl-C ends that wait).
         """
         outcome.attrs = redact(outcome.attrs)  # the journal holds no secret either
         with _deferred_interrupts():
@@ -569,11 +737,29 @@ class Tuner:
         settings = self.definition.remeasure
         limit = 3 * settings.top_k * settings.repeats
         index = 0
+        skipped: set[tuple[int, int]] = set()
         while plan and index < limit:
             index += 1
             number, repeat, config = plan[0]
-            self._remeasure_one(number, repeat, config, index=index, total=index - 1 + len(plan))
-            plan = self._remeasure_plan()
+            # Several workers reach the end together: each re-measurement is claimed, and
+            # one another worker holds is left to it.
+            key = f"autotune:claim:remeasure:{number}:{repeat}"
+            # The worker's own number (no trial has it), the same after a restart: a claim
+            # left by its interrupted predecessor is its own again.
+            owner = (1 << 40) + zlib.crc32(self.worker_name.encode("utf-8"))
+            if (
+                not self.shared
+                or self._db(
+                    "claiming a re-measurement",
+                    functools.partial(claim, self.study, key, owner),
+                ).won
+            ):
+                self._remeasure_one(
+                    number, repeat, config, index=index, total=index - 1 + len(plan)
+                )
+            else:
+                skipped.add((number, repeat))
+            plan = [p for p in self._remeasure_plan() if (p[0], p[1]) not in skipped]
         self._remeasuring = False
         best = best_estimate(self.study)
         if best is not None:
@@ -646,10 +832,16 @@ class Tuner:
     # ------------------------------------------------------------------ one trial
 
     def _evaluate(
-        self, config: dict[str, Any], *, is_baseline: bool, fresh: bool = False
+        self,
+        config: dict[str, Any],
+        *,
+        is_baseline: bool,
+        fresh: bool = False,
+        claim_as: int | None = None,
     ) -> TrialOutcome:
         """Launch, probe and load ``config``; ``fresh``: a re-measurement (every service
-        started anew, never reused, never aborted)."""
+        started anew, never reused, never aborted); ``claim_as``: the trial that claims the
+        configuration in the study before launching it (:mod:`autotune.study.claims`)."""
         attrs: dict[str, Any] = {
             "config": config,
             "is_baseline": is_baseline,
@@ -682,16 +874,18 @@ class Tuner:
         }
 
         previous = None if fresh else self._known.get(self.space.config_key(config))
+        if previous is None and claim_as is not None:
+            previous = self._claim(config, claim_as)
         if previous is not None:
             return reused_outcome(self.study, previous, attrs, objective=self.objective)
 
         deadline = time.monotonic() + self.definition.trial_timeout_s
 
         def on_event(service: str, event: str) -> None:
-            self.progress.phase(f"restart: {service} {event}")
+            self._phase(f"restart: {service} {event}")
             failpoint(f"restart.{event}")
 
-        self.progress.phase("restart")
+        self._phase("restart")
         t = time.monotonic()
         try:
             if fresh:
@@ -735,7 +929,7 @@ class Tuner:
         spec = self._load_spec()
 
         def on_phase(name: str) -> None:
-            self.progress.phase("warm-up" if name.startswith("warm") else name)
+            self._phase("warm-up" if name.startswith("warm") else name)
             if name.startswith("warm"):
                 failpoint("warmup")
 
@@ -783,6 +977,31 @@ class Tuner:
             constraints=self.objective.constraints(metrics),
             attrs=attrs,
         )
+
+    def _claim(self, config: dict[str, Any], number: int) -> int | None:
+        """Claim ``config`` for trial ``number``: None when it is ours to launch, else the
+        COMPLETE trial (another worker's) whose result it reuses.
+
+        Raises :class:`ClaimedElsewhere` when the owner is still in flight.
+        """
+        key = claim_key(self.space.config_key(config))
+        for _ in range(5):
+            got = self._db("claiming the configuration", lambda: claim(self.study, key, number))
+            if got.won:
+                return None
+            storage = self.study._storage
+            owner = storage.get_trial(
+                storage.get_trial_id_from_study_id_trial_number(self.study._study_id, got.owner)
+            )
+            if owner.state == TrialState.COMPLETE:
+                self._known.setdefault(self.space.config_key(config), owner.number)
+                return owner.number
+            if owner.state == TrialState.FAIL:  # its worker died or was stopped: take it over
+                if take_over(self.study, key, previous=owner.number, number=number):
+                    return None
+                continue
+            raise ClaimedElsewhere(owner.number, owner.system_attrs.get(TRIAL_WORKER_ATTR))
+        raise ClaimedElsewhere(number, None)
 
     def _abort_rule(self) -> AbortRule | None:
         """``abort_if`` for the load generator: the trial is clearly below the incumbent.
@@ -849,7 +1068,7 @@ class Tuner:
         settings = self.definition.correctness
         if not settings.enabled:
             return None
-        self.progress.phase("correctness probe")
+        self._phase("correctness probe")
         try:
             text = probe_text(
                 endpoint,

@@ -10,14 +10,16 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import optuna
 import sqlalchemy.exc
 from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.errors import ConfigError, StorageError
@@ -115,6 +117,85 @@ STORAGE_EXCEPTIONS: tuple[type[BaseException], ...] = (
 )
 
 
+_T = TypeVar("_T")
+
+
+class Retry(Protocol):
+    """How a storage call is run: ``retry(what, fn)`` returns ``fn()``'s result."""
+
+    def __call__(self, what: str, fn: Callable[[], _T], /) -> _T: ...
+
+
+DB_RETRY_S = 300.0
+"""How long a worker waits for a database server that went away before it gives up."""
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 15.0
+_CONNECTION_ERRORS = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.DisconnectionError,
+)
+
+
+def is_server_url(url: str) -> bool:
+    """A database server (PostgreSQL, MySQL): connections can drop and come back."""
+    return url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres", "mysql")
+
+
+def is_transient(exc: BaseException, *, url: str) -> bool:
+    """``exc`` is a lost or refused connection to a database server (worth retrying).
+
+    SQLite's operational errors (locked, full, read-only) are not: they are reported at once.
+    """
+    if not is_server_url(url):
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, _CONNECTION_ERRORS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def retrying(
+    fn: Callable[[], _T],
+    *,
+    url: str,
+    what: str,
+    on_wait: Callable[[str], None],
+    first: BaseException | None = None,
+    budget_s: float = DB_RETRY_S,
+    stop: Callable[[], bool] | None = None,
+) -> _T:
+    """``fn()``, again with exponential backoff (0.5 s doubling to 15 s, for ``budget_s``)
+    while it fails because the database server cannot be reached; other errors, and any
+    error on SQLite, go straight to the caller. ``first``: an attempt already failed.
+    ``stop()`` true (the user pressed Ctrl-C meanwhile) ends the waiting with the failure."""
+    deadline = time.monotonic() + budget_s
+    delay = _RETRY_FIRST_S
+    failure = first
+    while True:
+        if failure is not None:
+            if not is_transient(failure, url=url) or time.monotonic() + delay > deadline:
+                raise failure
+            on_wait(
+                f"lost the database while {what} ({describe_storage_failure(failure, url=url)});"
+                f" retrying in {delay:.1f} s (giving up after {budget_s:.0f} s)"
+            )
+            until = time.monotonic() + delay
+            while time.monotonic() < until:
+                if stop is not None and stop():
+                    raise failure
+                time.sleep(min(0.1, until - time.monotonic()))
+            delay = min(2 * delay, _RETRY_MAX_S)
+        try:
+            return fn()
+        except STORAGE_EXCEPTIONS as exc:
+            failure = exc
+
+
 @contextmanager
 def storage_errors(url: str, doing: str) -> Iterator[None]:
     """Turn a failed read or write into one StorageError that says where and why."""
@@ -134,6 +215,22 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(rest) if rest and rest != ":memory:" else None
 
 
+def with_driver(url: str) -> str:
+    """``postgresql://`` with the PostgreSQL driver that is installed.
+
+    SQLAlchemy 2.1 reads a plain ``postgresql://`` as psycopg 3; autotune's ``postgres``
+    extra installs psycopg2 (a binary wheel). ``postgres://`` (Heroku style) is read too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2"):
+        return f"postgresql+psycopg2://{rest}"
+    return f"postgresql://{rest}"
+
+
 def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     """An Optuna RDB storage for ``url``; StorageError with the reason when it cannot open."""
     path = _sqlite_path(url)
@@ -147,14 +244,14 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     engine_kwargs: dict[str, object] = {}
     if path is not None and "timeout=" not in url:
         engine_kwargs = {"connect_args": {"timeout": SQLITE_WAIT_S}}
-    elif path is None and url.startswith(("postgresql", "mysql")):
+    elif path is None and is_server_url(url):
         # A database server that does not answer must not hang the tuner: bounded connect,
         # and a pooled connection the server dropped is replaced, not used.
         engine_kwargs = {"pool_pre_ping": True}
         if "connect_timeout=" not in url:
             engine_kwargs["connect_args"] = {"connect_timeout": SERVER_CONNECT_TIMEOUT_S}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return optuna.storages.RDBStorage(with_driver(url), engine_kwargs=engine_kwargs)
     except Exception as exc:  # SQLAlchemy raises many types; the user needs one message.
         raise StorageError(
             f"cannot open storage {display_url(url)}: {describe_storage_failure(exc, url=url)}"
@@ -188,9 +285,88 @@ class BatchingStorage(_CachedStorage):  # type: ignore[misc,valid-type]
     state. Writes outside a block, and to other trials, go straight through.
     """
 
-    def __init__(self, backend: optuna.storages.RDBStorage) -> None:
+    def __init__(
+        self,
+        backend: optuna.storages.RDBStorage,
+        *,
+        retry: Retry | None = None,
+    ) -> None:
         super().__init__(backend)
         self._batch: tuple[int, list[tuple[str, Any]]] | None = None
+        self._retry = retry
+        """Runs each storage call (e.g. :func:`retrying` while a database server is away)."""
+
+    def _call(self, what: str, fn: Callable[[], _T]) -> _T:
+        return fn() if self._retry is None else self._retry(what, fn)
+
+    # Reads and idempotent writes: retried as they are while the server is away.
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return self._call(
+            "reading a trial", lambda: super(BatchingStorage, self).get_trial(trial_id)
+        )
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        return self._call(
+            "reading the trials",
+            lambda: super(BatchingStorage, self).get_all_trials(study_id, deepcopy, states),
+        )
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._call(
+            "reading the study",
+            lambda: super(BatchingStorage, self).get_study_system_attrs(study_id),
+        )
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._call(
+            "reading the study", lambda: super(BatchingStorage, self).get_study_user_attrs(study_id)
+        )
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._call(
+            "writing the study",
+            lambda: super(BatchingStorage, self).set_study_system_attr(study_id, key, value),
+        )
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._call(
+            "writing the study",
+            lambda: super(BatchingStorage, self).set_study_user_attr(study_id, key, value),
+        )
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        return self._call(
+            "reading a trial",
+            lambda: super(BatchingStorage, self).get_trial_id_from_study_id_trial_number(
+                study_id, trial_number
+            ),
+        )
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        # Not idempotent: a trial created just before the connection dropped stays RUNNING
+        # without heartbeat or owner, and is failed as lost once its lease is over.
+        return self._call(
+            "creating a trial",
+            lambda: super(BatchingStorage, self).create_new_trial(study_id, template_trial),
+        )
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        attempts = 0
+
+        def once() -> bool:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:  # the first attempt may have been committed after all
+                current = self._backend.get_trial(trial_id)
+                if current.state == state:
+                    return True
+            return super(BatchingStorage, self).set_trial_state_values(trial_id, state, values)
+
+        return self._call("writing a trial's state", once)
 
     @property
     def url(self) -> str:
@@ -211,7 +387,7 @@ class BatchingStorage(_CachedStorage):  # type: ignore[misc,valid-type]
             pending = self._batch[1]
         finally:
             self._batch = None
-        self._flush(trial_id, pending)
+        self._call("writing a trial", lambda: self._flush(trial_id, pending))
 
     def _held(self, trial_id: int) -> list[tuple[str, Any]] | None:
         batch = self._batch
@@ -226,21 +402,32 @@ class BatchingStorage(_CachedStorage):  # type: ignore[misc,valid-type]
     ) -> None:
         held = self._held(trial_id)
         if held is None:
-            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+            self._call(
+                "writing a trial",
+                lambda: super(BatchingStorage, self).set_trial_param(
+                    trial_id, param_name, param_value_internal, distribution
+                ),
+            )
         else:
             held.append(("param", (param_name, param_value_internal, distribution)))
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         held = self._held(trial_id)
         if held is None:
-            super().set_trial_user_attr(trial_id, key, value)
+            self._call(
+                "writing a trial",
+                lambda: super(BatchingStorage, self).set_trial_user_attr(trial_id, key, value),
+            )
         else:
             held.append(("user", (key, value)))
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         held = self._held(trial_id)
         if held is None:
-            super().set_trial_system_attr(trial_id, key, value)
+            self._call(
+                "writing a trial",
+                lambda: super(BatchingStorage, self).set_trial_system_attr(trial_id, key, value),
+            )
         else:
             held.append(("system", (key, value)))
 
@@ -315,10 +502,12 @@ class BatchingStorage(_CachedStorage):  # type: ignore[misc,valid-type]
         )
 
 
-def batching(storage: optuna.storages.BaseStorage) -> optuna.storages.BaseStorage:
+def batching(
+    storage: optuna.storages.BaseStorage, *, retry: Retry | None = None
+) -> optuna.storages.BaseStorage:
     """``storage`` with :meth:`BatchingStorage.batch` when it is an RDB storage."""
     if _CAN_BATCH and isinstance(storage, optuna.storages.RDBStorage):
-        return BatchingStorage(storage)
+        return BatchingStorage(storage, retry=retry)
     return storage
 
 

@@ -1,0 +1,120 @@
+"""Claims: a configuration belongs to one trial before anything is launched for it.
+
+Several workers share one study; Optuna's constant liar makes them *unlikely* to propose the
+same configuration while one is in flight, not unable to. A claim makes it impossible: before
+a worker launches a configuration it inserts ``autotune:claim:<digest>`` = its trial number
+into the study's system attributes. That table has a unique (study, key) constraint, so of
+two workers inserting the same key in the same instant exactly one succeeds, on SQLite and
+PostgreSQL alike (a plain INSERT; the loser gets an integrity error, nothing is
+overwritten). Optuna's own ``set_study_system_attr`` cannot serve: it overwrites.
+
+The loser reads the owner: a COMPLETE owner's result is reused, a RUNNING one is in flight
+(the loser does not launch), a FAIL owner (its worker died or was interrupted) can be taken
+over with a compare-and-swap on the stored owner, so exactly one retry runs the config.
+
+Claims live in Optuna's tables, so they travel with the study (``autotune migrate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import optuna
+import sqlalchemy
+import sqlalchemy.exc
+from optuna.storages._rdb import models as _rdb_models
+
+CLAIM_PREFIX = "autotune:claim:"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of :func:`claim`: ``won`` or not, and the trial number that owns it."""
+
+    won: bool
+    owner: int
+
+
+def claim_key(config_key: str) -> str:
+    """The attribute key of a canonical configuration key (a digest: keys are length-capped)."""
+    digest = hashlib.sha1(config_key.encode("utf-8")).hexdigest()[:24]
+    return f"{CLAIM_PREFIX}{digest}"
+
+
+def _rdb(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | None:
+    """The RDB storage under Optuna's cache (and autotune's batching) wrapper, if any."""
+    while not isinstance(storage, optuna.storages.RDBStorage):
+        inner = getattr(storage, "_backend", None)
+        if inner is None:
+            return None
+        storage = inner
+    return storage
+
+
+def claim(study: optuna.Study, key: str, number: int) -> Claim:
+    """Insert ``key`` = ``number`` unless present; who owns it afterwards."""
+    rdb = _rdb(study._storage)
+    if rdb is None:  # in-memory storage: one process, check-then-set is exact
+        attrs = study._storage.get_study_system_attrs(study._study_id)
+        if key in attrs:
+            return Claim(won=int(attrs[key]) == number, owner=int(attrs[key]))
+        study._storage.set_study_system_attr(study._study_id, key, number)
+        return Claim(won=True, owner=number)
+    table = _rdb_models.StudySystemAttributeModel.__table__
+    try:
+        with rdb.engine.begin() as conn:
+            conn.execute(
+                table.insert().values(
+                    study_id=study._study_id, key=key, value_json=json.dumps(number)
+                )
+            )
+        return Claim(won=True, owner=number)
+    except sqlalchemy.exc.IntegrityError:
+        pass
+    owner = owner_of(study, key)
+    if owner is None:  # released in between (not done by autotune): try once more
+        return claim(study, key, number)
+    return Claim(won=owner == number, owner=owner)
+
+
+def owner_of(study: optuna.Study, key: str) -> int | None:
+    """The trial number that holds ``key``, read from the database (never from a cache)."""
+    rdb = _rdb(study._storage)
+    if rdb is None:
+        value = study._storage.get_study_system_attrs(study._study_id).get(key)
+        return None if value is None else int(value)
+    table = _rdb_models.StudySystemAttributeModel.__table__
+    with rdb.engine.connect() as conn:
+        raw = conn.execute(
+            sqlalchemy.select(table.c.value_json).where(
+                table.c.study_id == study._study_id, table.c.key == key
+            )
+        ).scalar_one_or_none()
+    return None if raw is None else int(json.loads(raw))
+
+
+def take_over(study: optuna.Study, key: str, *, previous: int, number: int) -> bool:
+    """Move ``key`` from trial ``previous`` (finished without a result) to ``number``.
+
+    A compare-and-swap: of several workers taking over the same claim, one succeeds.
+    """
+    rdb = _rdb(study._storage)
+    if rdb is None:
+        if owner_of(study, key) != previous:
+            return False
+        study._storage.set_study_system_attr(study._study_id, key, number)
+        return True
+    table = _rdb_models.StudySystemAttributeModel.__table__
+    with rdb.engine.begin() as conn:
+        done = conn.execute(
+            table.update()
+            .where(
+                table.c.study_id == study._study_id,
+                table.c.key == key,
+                table.c.value_json == json.dumps(previous),
+            )
+            .values(value_json=json.dumps(number))
+        )
+    return done.rowcount == 1

@@ -1,0 +1,576 @@
+"""``autotune status``: who works on a study and how far it got, read from the storage alone.
+
+Several ``autotune run`` workers may share one study (PostgreSQL). Each records itself in
+Optuna's own tables (issue 6 design):
+
+* study system attribute ``autotune:worker:<name>``: a JSON dict (:class:`WorkerRecord`)
+  the worker refreshes from a heartbeat thread (``seen_at``) and updates at each phase;
+* trial system attribute ``autotune:worker``: the name of the worker that asked the trial.
+
+This module is the read side (and owns the record model the writer imports): one read of
+the trials and one of the study system attributes give every worker's liveness (a
+"running" record whose ``seen_at`` is older than its lease is *lost*: the worker died
+without saying so), the trials each worker completed (counted from the trials, not trusted
+from the record), the running trials with their phase and age, the study's counts and the
+best configuration so far. A malformed record never stops the command: it is listed as
+unreadable with its key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections import Counter
+from collections.abc import Container, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from autotune.errors import StorageError
+from autotune.results import THROUGHPUT, best_estimate, feasible, format_estimate
+from autotune.study.workers import (
+    TRIAL_WORKER_ATTR,
+    WORKER_ATTR_PREFIX,
+    WORKER_LOST,
+    WorkerRecord,
+    WorkerState,
+    worker_key,
+)
+
+Liveness = Literal["running", "lost", "stopped", "interrupted", "failed"]
+_LIVENESS_ORDER = {"running": 0, "lost": 1, "interrupted": 2, "failed": 3, "stopped": 4}
+
+_METRIC_NAMES_KEY: str | None
+try:  # where Optuna keeps set_metric_names (read from the one system-attribute read)
+    from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES as _METRIC_NAMES_KEY
+except ImportError:  # pragma: no cover - another Optuna layout: read through the study
+    _METRIC_NAMES_KEY = None
+
+
+class UnreadableRecord(BaseModel):
+    """A ``autotune:worker:*`` attribute that is not a :class:`WorkerRecord`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    error: str
+
+
+def parse_worker_records(
+    system_attrs: Mapping[str, Any],
+) -> tuple[list[WorkerRecord], list[UnreadableRecord]]:
+    """The worker records among a study's system attributes, and the ones that are not
+    (invalid, or stored under another name's key)."""
+    records: list[WorkerRecord] = []
+    bad: list[UnreadableRecord] = []
+    for key in sorted(system_attrs):
+        if not key.startswith(WORKER_ATTR_PREFIX):
+            continue
+        raw = system_attrs[key]
+        try:
+            if isinstance(raw, str):  # a record stored JSON-encoded twice
+                raw = json.loads(raw)
+            if not isinstance(raw, Mapping):
+                raise ValueError(f"not a JSON object but {type(raw).__name__}")
+            rec = WorkerRecord.model_validate(raw)
+            if worker_key(rec.name) != key:  # one record per name, stored under its name
+                raise ValueError(f"the record is of worker {rec.name!r}, not of this key")
+            records.append(rec)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors()
+            )
+            bad.append(UnreadableRecord(key=key, error=problems[:300]))
+        except ValueError as exc:  # json.JSONDecodeError included
+            bad.append(UnreadableRecord(key=key, error=str(exc)[:300]))
+    return records, bad
+
+
+# --- the status model ------------------------------------------------------------------
+
+
+class WorkerStatus(BaseModel):
+    """One worker as ``autotune status`` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    key: str
+    host: str
+    pid: int
+    deployment: str
+    liveness: Liveness
+    """``running``; ``lost`` (state running but not seen within its lease); else its state."""
+    state: WorkerState
+    """The state the worker wrote (``running`` for a lost worker)."""
+    trial: int | None
+    """The trial it is on; only while ``liveness`` is ``running``."""
+    phase: str | None
+    """Its phase; only while ``liveness`` is ``running``."""
+    done: int
+    """COMPLETE trials owned by this worker (counted from the trials)."""
+    done_reported: int
+    """``done`` as the worker's record says (its current or last process only)."""
+    lost_trials: int
+    """This worker's trials failed with ``failure="worker_lost"``."""
+    running_trials: int
+    """RUNNING trials owned by this worker."""
+    seen_ago_s: float
+    """Seconds since ``seen_at`` (negative when the worker's clock is ahead)."""
+    started_at: str
+    seen_at: str
+    heartbeat_s: float
+    lease_s: float
+
+
+class RunningTrial(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    number: int
+    worker: str | None
+    """The owner (trial system attribute ``autotune:worker``); ``None`` when unrecorded."""
+    worker_liveness: Liveness | None
+    """The owner's liveness; ``None`` when it has no readable record."""
+    phase: str | None
+    """From the owner's record, when it says it is on this trial."""
+    running_s: float | None
+    """Seconds since the trial started."""
+
+
+class BestSoFar(BaseModel):
+    """The configuration ``autotune best`` would pick (:func:`autotune.results.best_estimate`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial: int
+    mean: float
+    half_width: float | None
+    lower: float
+    n: int
+    text: str
+    """:func:`autotune.results.format_estimate` of it."""
+
+
+class BestRun(BaseModel):
+    """The highest single measurement (feasible, fully measured, not reused)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial: int
+    throughput: float
+
+
+class StudyStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    study: str
+    as_of: datetime
+    trials: int
+    states: dict[str, int]
+    """Trials by state: COMPLETE, RUNNING, WAITING, FAIL always; other states when present."""
+    reused: int
+    """COMPLETE trials that copied another trial's result (``reused_from``)."""
+    infeasible: int
+    """COMPLETE trials with a ``failure`` (crashed, forbidden, wrong output, ...)."""
+    aborted: int
+    """COMPLETE trials whose measurement was cut short (``aborted``)."""
+    duplicate_configs: int
+    """Distinct configurations measured by more than one (non-reused) COMPLETE trial:
+    0 unless workers raced on a configuration."""
+    duplicate_trials: list[list[int]] = Field(default_factory=list)
+    """Trial numbers of each duplicated configuration."""
+    unowned_trials: int
+    """Trials without an ``autotune:worker`` owner (asked by a single-worker run)."""
+    unregistered_owners: dict[str, int] = Field(default_factory=dict)
+    """Owners named by trials that have no record, with their trial counts."""
+    best: BestSoFar | None
+    best_error: str | None = None
+    """Why the best estimate could not be computed (malformed trial attributes)."""
+    best_run: BestRun | None
+    workers: list[WorkerStatus]
+    unreadable: list[UnreadableRecord]
+    running: list[RunningTrial]
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+class _Snapshot(optuna.Study):
+    """``study`` answering from trials and attributes already read.
+
+    :func:`autotune.results.best_estimate` reads the trials, the metric names and the user
+    attributes through the study; this gives it the ones :func:`study_status` read, so a
+    status costs one read of the trials (10,000 of them on a remote database are what
+    dominates). Anything else falls through to the real study.
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        trials: list[FrozenTrial],
+        system_attrs: Mapping[str, Any],
+    ) -> None:  # no super().__init__(): it would read the storage again
+        self.__dict__.update(study.__dict__)
+        self._status_trials = trials
+        self._status_system_attrs = system_attrs
+        self._status_user_attrs: dict[str, Any] | None = None
+
+    def get_trials(
+        self, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy, states)
+
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
+        trials = self._status_trials
+        if states is not None:
+            trials = [t for t in trials if t.state in states]
+        return copy.deepcopy(trials) if deepcopy else list(trials)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        if self._status_user_attrs is None:
+            self._status_user_attrs = self._storage.get_study_user_attrs(self._study_id)
+        return copy.deepcopy(self._status_user_attrs)
+
+    @property
+    def metric_names(self) -> list[str] | None:
+        if _METRIC_NAMES_KEY is None:  # pragma: no cover
+            return super().metric_names
+        names = self._status_system_attrs.get(_METRIC_NAMES_KEY)
+        return list(names) if names is not None else None
+
+
+def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudyStatus:
+    """Everything ``autotune status`` shows, from one read of the trials and one of the
+    study's system attributes (plus its user attributes, for the re-measurements).
+
+    ``now`` (default: the current time) is what liveness and ages are measured against; a
+    naive ``now`` is taken as UTC.
+    """
+    now = datetime.now(timezone.utc) if now is None else now
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    system_attrs = study._storage.get_study_system_attrs(study._study_id)
+    trials = study.get_trials(deepcopy=False)
+    records, unreadable = parse_worker_records(system_attrs)
+    snapshot = _Snapshot(study, trials, system_attrs)
+    metric_names = snapshot.metric_names or [THROUGHPUT]
+
+    states: Counter[str] = Counter({s: 0 for s in ("COMPLETE", "RUNNING", "WAITING", "FAIL")})
+    complete_by: Counter[str] = Counter()
+    running_by: Counter[str] = Counter()
+    lost_by: Counter[str] = Counter()
+    owners: Counter[str] = Counter()
+    unowned = reused = infeasible = aborted = 0
+    configs: dict[str, list[int]] = {}
+    best_run: BestRun | None = None
+    for t in trials:
+        states[t.state.name] += 1
+        owner = t.system_attrs.get(TRIAL_WORKER_ATTR)
+        owner = str(owner) if owner is not None else None
+        if owner is None:
+            unowned += 1
+        else:
+            owners[owner] += 1
+        attrs = t.user_attrs
+        if t.state == TrialState.RUNNING and owner is not None:
+            running_by[owner] += 1
+        elif t.state == TrialState.FAIL and owner is not None:
+            lost_by[owner] += attrs.get("failure") == WORKER_LOST
+        if t.state != TrialState.COMPLETE:
+            continue
+        if owner is not None:
+            complete_by[owner] += 1
+        is_reused = attrs.get("reused_from") is not None
+        reused += is_reused
+        failed = attrs.get("failure") is not None
+        infeasible += failed
+        aborted += bool(attrs.get("aborted"))
+        if is_reused or failed or not attrs.get("metrics") or not t.values:
+            continue  # not a measurement of its own
+        config = attrs.get("config")
+        if config is not None:
+            key = json.dumps(config, sort_keys=True, default=str)
+            configs.setdefault(key, []).append(t.number)
+        if feasible(t) and not attrs.get("aborted"):
+            value = _throughput(t.values, metric_names)
+            if value is not None and (best_run is None or value > best_run.throughput):
+                best_run = BestRun(trial=t.number, throughput=value)
+
+    duplicates = sorted(numbers for numbers in configs.values() if len(numbers) > 1)
+    best, best_error = _best(snapshot)
+
+    by_name = {r.name: r for r in records}
+    workers = sorted(
+        (
+            _worker(r, now, complete_by[r.name], lost_by[r.name], running_by[r.name])
+            for r in records
+        ),
+        key=lambda w: (_LIVENESS_ORDER[w.liveness], w.name),
+    )
+    liveness = {w.name: w for w in workers}
+    local_now = now.astimezone().replace(tzinfo=None)  # Optuna's timestamps: naive local
+    running = []
+    for t in trials:
+        if t.state != TrialState.RUNNING:
+            continue
+        owner = t.system_attrs.get(TRIAL_WORKER_ATTR)
+        owner = str(owner) if owner is not None else None
+        w = liveness.get(owner) if owner is not None else None
+        record = by_name.get(owner) if owner is not None else None
+        phase = record.phase if record is not None and record.trial == t.number else None
+        running.append(
+            RunningTrial(
+                number=t.number,
+                worker=owner,
+                worker_liveness=w.liveness if w is not None else None,
+                phase=phase,
+                running_s=_since(t.datetime_start, now, local_now),
+            )
+        )
+    return StudyStatus(
+        study=study.study_name,
+        as_of=now,
+        trials=len(trials),
+        states=dict(states),
+        reused=reused,
+        infeasible=infeasible,
+        aborted=aborted,
+        duplicate_configs=len(duplicates),
+        duplicate_trials=duplicates,
+        unowned_trials=unowned,
+        unregistered_owners={k: v for k, v in sorted(owners.items()) if k not in by_name},
+        best=best,
+        best_error=best_error,
+        best_run=best_run,
+        workers=workers,
+        unreadable=unreadable,
+        running=running,
+    )
+
+
+def _worker(r: WorkerRecord, now: datetime, done: int, lost: int, running: int) -> WorkerStatus:
+    ago = (now - r.seen).total_seconds()
+    live: Liveness = r.state
+    if r.state == "running" and ago > r.lease_s:
+        live = "lost"
+    on = live == "running"
+    return WorkerStatus(
+        name=r.name,
+        key=worker_key(r.name),
+        host=r.host,
+        pid=r.pid,
+        deployment=r.deployment,
+        liveness=live,
+        state=r.state,
+        trial=r.trial if on else None,
+        phase=r.phase if on else None,
+        done=done,
+        done_reported=r.done,
+        lost_trials=lost,
+        running_trials=running,
+        seen_ago_s=ago,
+        started_at=r.started_at,
+        seen_at=r.seen_at,
+        heartbeat_s=r.heartbeat_s,
+        lease_s=r.lease_s,
+    )
+
+
+def _since(start: datetime | None, now: datetime, local_now: datetime) -> float | None:
+    if start is None:
+        return None
+    if start.tzinfo is None:
+        return (local_now - start).total_seconds()
+    return (now - start).total_seconds()
+
+
+def _throughput(values: Sequence[float], names: Sequence[str]) -> float | None:
+    index = list(names).index(THROUGHPUT) if THROUGHPUT in names else 0
+    if index >= len(values) or not math.isfinite(values[index]):
+        return None
+    return float(values[index])
+
+
+def _best(study: optuna.Study) -> tuple[BestSoFar | None, str | None]:
+    try:
+        estimate = best_estimate(study)
+    except StorageError as exc:  # a malformed trial: the rest of the status still shows
+        return None, str(exc)[:300]
+    if estimate is None:
+        return None, None
+    return (
+        BestSoFar(
+            trial=estimate.trial.number,
+            mean=estimate.mean,
+            half_width=estimate.half_width,
+            lower=estimate.lower,
+            n=estimate.n,
+            text=format_estimate(estimate),
+        ),
+        None,
+    )
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def status_json(status: StudyStatus) -> dict[str, Any]:
+    """The status as JSON-ready data (``autotune status --json``)."""
+    return status.model_dump(mode="json")
+
+
+def format_seconds(seconds: float) -> str:
+    """``42s``, ``5m 12s``, ``3h 02m``, ``2d 04h``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+
+
+def _number(trial: int | None) -> str:
+    return f"#{trial}" if trial is not None else ""
+
+
+def _user(text: str | None) -> Text:
+    """A string someone wrote (worker name, host, phase): never markup, one line."""
+    from autotune.yamlio import escape_controls
+
+    return Text(escape_controls(text or ""))
+
+
+_LIVENESS_STYLE = {
+    "running": "green",
+    "lost": "bold red",
+    "failed": "red",
+    "interrupted": "yellow",
+    "stopped": "dim",
+}
+
+
+def render_status(status: StudyStatus) -> RenderableType:
+    """The status as rich tables: summary, workers, running trials, unreadable records."""
+    parts: list[RenderableType] = []
+    summary = Table(
+        title=Text.assemble("study ", _user(status.study)),
+        show_header=False,
+        title_justify="left",
+    )
+    summary.add_column(style="bold")
+    summary.add_column()
+    s = status.states
+    summary.add_row("as of", status.as_of.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"))
+    others = ", ".join(
+        f"{n} {k.lower()}"
+        for k, n in s.items()
+        if k not in ("COMPLETE", "RUNNING", "WAITING", "FAIL") and n
+    )
+    summary.add_row(
+        "trials",
+        f"{status.trials} total: {s.get('COMPLETE', 0)} complete, {s.get('RUNNING', 0)} running, "
+        f"{s.get('WAITING', 0)} waiting, {s.get('FAIL', 0)} failed"
+        + (f", {others}" if others else ""),
+    )
+    summary.add_row(
+        "complete trials",
+        f"{status.reused} reused, {status.infeasible} infeasible, {status.aborted} aborted early",
+    )
+    dup = Text(str(status.duplicate_configs), style="bold red" if status.duplicate_configs else "")
+    if status.duplicate_trials:
+        shown = "; ".join(
+            ", ".join(f"#{n}" for n in group) for group in status.duplicate_trials[:5]
+        )
+        more = len(status.duplicate_trials) - 5
+        dup.append(f" (trials {shown}" + (f"; {more} more" if more > 0 else "") + ")")
+    summary.add_row("duplicate configs measured", dup)
+    if status.best is not None:
+        summary.add_row("best so far", f"trial #{status.best.trial}: {status.best.text}")
+    elif status.best_error is not None:
+        summary.add_row("best so far", Text(f"unavailable: {status.best_error}", style="red"))
+    else:
+        summary.add_row("best so far", "no feasible completed trial yet")
+    if status.best_run is not None:
+        summary.add_row(
+            "best single run",
+            f"{status.best_run.throughput:,.1f} tok/s (trial #{status.best_run.trial})",
+        )
+    if status.unowned_trials:
+        summary.add_row("trials without a worker", str(status.unowned_trials))
+    if status.unregistered_owners:
+        summary.add_row(
+            "owners without a record",
+            _user(", ".join(f"{k} ({v})" for k, v in status.unregistered_owners.items())),
+        )
+    if not status.workers:
+        summary.add_row("workers", "no worker has recorded itself")
+    parts.append(summary)
+
+    workers = Table(
+        title="workers",
+        title_justify="left",
+        caption="on: its trial and phase; done: COMPLETE trials it owns; run: trials done "
+        "as its record says (its last process); lost: its trials failed because it stopped "
+        "sending heartbeats",
+        caption_justify="left",
+    )
+    for column in ("worker", "host:pid", "deployment"):  # shrink these first, never cut
+        workers.add_column(column, overflow="fold", min_width=6)
+    workers.add_column("state", no_wrap=True)
+    workers.add_column("on", overflow="fold")
+    for column in ("done", "run", "lost", "seen ago"):
+        workers.add_column(column, justify="right", no_wrap=True)
+    for w in status.workers:
+        workers.add_row(
+            _user(w.name),
+            _user(f"{w.host}:{w.pid}"),
+            _user(w.deployment),
+            Text(w.liveness, style=_LIVENESS_STYLE.get(w.liveness, "")),
+            _user(" ".join(x for x in (_number(w.trial), w.phase) if x)),
+            str(w.done),
+            str(w.done_reported),
+            str(w.lost_trials) if w.lost_trials else "",
+            format_seconds(w.seen_ago_s),
+        )
+    if status.workers:
+        parts.append(workers)
+
+    if status.running:
+        running = Table(title="running trials", title_justify="left")
+        for column in ("trial", "worker", "phase", "running for"):
+            running.add_column(column)
+        for r in status.running:
+            who = _user(r.worker) if r.worker is not None else Text("?", style="dim")
+            if r.worker_liveness == "lost":
+                who.append(" (lost)", style="bold red")
+            running.add_row(
+                _number(r.number),
+                who,
+                _user(r.phase),
+                format_seconds(r.running_s) if r.running_s is not None else "",
+            )
+        parts.append(running)
+
+    if status.unreadable:
+        bad = Table(title="unreadable worker records", title_justify="left")
+        bad.add_column("key")
+        bad.add_column("problem")
+        for u in status.unreadable:
+            bad.add_row(_user(u.key), _user(u.error))
+        parts.append(bad)
+    return Group(*parts)

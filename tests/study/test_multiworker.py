@@ -1,0 +1,242 @@
+"""Several ``autotune run`` workers on one study in a real PostgreSQL server.
+
+Each worker is a real process driving its own simulated deployment (its own servers on their
+own ports). One is killed with SIGKILL in the middle of a trial; the study must still reach
+its trial count with no configuration measured twice and no trial lost, and the dead
+worker's trial must be failed with the reason and its configuration measured by another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+from pg_server import PostgresServer, skip_or_fail_if_missing
+from reliability.reliability_support import alive, processes_with_marker
+
+from autotune.results import load_remeasurements
+from autotune.study.workers import TRIAL_WORKER_ATTR, read_workers
+
+REPO = Path(__file__).resolve().parents[2]
+STUDY = "shared"
+
+
+def _study_file(tmp_path: Path, *, lease_s: float = 4.0) -> Path:
+    data = yaml.safe_load((REPO / "tests" / "data" / "e2e-study.yaml").read_text())
+    data["space"] = str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml")
+    data["deployment"] = str(REPO / "launchers" / "sim-dsv4-flash-pd.yaml")
+    data["workers"] = {"heartbeat_s": 0.5, "lease_s": lease_s}
+    data["remeasure"] = {"top_k": 2, "repeats": 1}
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _worker(
+    tmp_path: Path, url: str, study_file: Path, name: str, trials: int, marker: str
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+        "AUTOTUNE_TEST_MARKER": marker,
+    }
+    cmd = [sys.executable, "-m", "autotune", "run", "--study", STUDY, "--storage", url]
+    cmd += ["--study-file", str(study_file), "--worker", name, "--trials", str(trials)]
+    log = (tmp_path / f"{name.replace('/', '_')}.log").open("a")
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    skip_or_fail_if_missing()
+    with PostgresServer() as pg:
+        yield pg
+
+
+def _load(url: str) -> optuna.Study:
+    return optuna.load_study(study_name=STUDY, storage=url)
+
+
+def _measured_configs(trials: list[FrozenTrial]) -> Counter[str]:
+    """Configurations launched and measured (not reused, not refused before launch)."""
+    return Counter(
+        json.dumps(t.user_attrs["config"], sort_keys=True)
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get("failure") != "forbidden"
+    )
+
+
+def _wait_phase(url: str, name: str, *, after_done: int, timeout: float) -> int:
+    """Wait until worker ``name`` is in the middle of a trial (launching, probing or loading
+    its deployment: the phase its record showed at its last beat) after ``after_done``
+    trials; that trial's number."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            record = read_workers(_load(url)).get(name)
+        except KeyError:
+            record = None
+        if (
+            record is not None
+            and record.done >= after_done
+            and record.phase not in (None, "ask", "store")
+            and record.trial is not None
+        ):
+            return record.trial
+        time.sleep(0.1)
+    raise AssertionError(f"worker {name} was never seen in the middle of a trial")
+
+
+def _finish(procs: list[subprocess.Popen[str]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+
+
+def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
+    server: PostgresServer, tmp_path: Path
+) -> None:
+    url = server.url(server.create_database())
+    study_file = _study_file(tmp_path)
+    marker = f"multiworker-{os.getpid()}-{time.time_ns()}"
+    trials = 24
+    names = ["w1", "w2", "w3"]
+    procs = {n: _worker(tmp_path, url, study_file, n, trials, marker) for n in names}
+    try:
+        victim = _wait_phase(url, "w2", after_done=1, timeout=240)
+        procs["w2"].send_signal(signal.SIGKILL)
+        procs["w2"].wait(timeout=10)
+        killed_at = time.monotonic()
+        _finish([procs["w1"], procs["w3"]], timeout=400)
+        assert procs["w1"].returncode == 0 and procs["w3"].returncode == 0, (
+            (tmp_path / "w1.log").read_text()[-3000:],
+            (tmp_path / "w3.log").read_text()[-3000:],
+        )
+        # The dead worker's servers outlive it; the same worker name, started again,
+        # stops them and finds nothing left to do.
+        again = _worker(tmp_path, url, study_file, "w2", trials, marker)
+        _finish([again], timeout=120)
+        assert again.returncode == 0, (tmp_path / "w2.log").read_text()[-3000:]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert processes_with_marker(marker) == []
+
+    study = _load(url)
+    all_trials = study.get_trials(deepcopy=False)
+    complete = [t for t in all_trials if t.state == TrialState.COMPLETE]
+    assert len(complete) >= trials
+    assert len(complete) <= trials + 2  # at most one in flight per other worker at the end
+    assert [t.number for t in all_trials] == list(range(len(all_trials)))
+    assert not [t.number for t in all_trials if t.state == TrialState.RUNNING]
+    # Every worker did some of the work; the killed one's trial is failed with the reason.
+    owners = Counter(t.system_attrs.get(TRIAL_WORKER_ATTR) for t in complete)
+    assert owners["w1"] > 0 and owners["w3"] > 0 and owners["w2"] > 0, owners
+    lost = all_trials[victim]
+    assert lost.state == TrialState.FAIL
+    assert lost.user_attrs["failure"] == "worker_lost"
+    assert "w2" in lost.user_attrs["reason"] and "heartbeat" in lost.user_attrs["reason"]
+    # No configuration measured twice; the lost one measured by another worker.
+    measured = _measured_configs(all_trials)
+    assert [c for c, n in measured.items() if n > 1] == []
+    lost_config = json.dumps(
+        next(t for t in all_trials if t.user_attrs.get("retry_of") == victim).params,
+        sort_keys=True,
+    )
+    retried = [t for t in complete if t.user_attrs.get("retry_of") == victim]
+    assert len(retried) == 1 and retried[0].system_attrs.get(TRIAL_WORKER_ATTR) != "w2"
+    assert json.dumps(retried[0].params, sort_keys=True) == lost_config
+    # Every FAIL trial says why; the ones with a config were retried.
+    retried_of = {t.user_attrs.get("retry_of") for t in all_trials}
+    for t in all_trials:
+        if t.state == TrialState.FAIL:
+            assert t.user_attrs.get("failure") in {"worker_lost", "claimed", "interrupted"}
+            if t.user_attrs["failure"] != "claimed" and t.params:
+                assert t.number in retried_of
+    # Re-measurements: each (trial, repeat) once, whoever ran it.
+    remeasured = Counter((m.of, m.repeat) for m in load_remeasurements(study))
+    assert remeasured and max(remeasured.values()) == 1
+    records = read_workers(study)
+    assert {n: r.state for n, r in records.items() if r is not None} == {
+        "w1": "stopped",
+        "w2": "stopped",
+        "w3": "stopped",
+    }
+    # `autotune status` shows the three workers and the counts from the shared study.
+    shown = subprocess.run(
+        [sys.executable, "-m", "autotune", "status", "--study", STUDY, "--storage", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert sorted(w["name"] for w in status["workers"]) == ["w1", "w2", "w3"]
+    assert {w["liveness"] for w in status["workers"]} == {"stopped"}
+    assert sum(w["done"] for w in status["workers"]) == len(complete)
+    assert status["duplicate_configs"] == 0
+    table = subprocess.run(
+        [sys.executable, "-m", "autotune", "status", "--study", STUDY, "--storage", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    assert table.returncode == 0 and "w2" in table.stdout and "stopped" in table.stdout
+    # The lease (4 s) bounded how long the lost trial waited.
+    text = (tmp_path / "w1.log").read_text() + (tmp_path / "w3.log").read_text()
+    assert f"trial #{victim} failed as worker_lost" in text
+    assert time.monotonic() - killed_at > 0
+    assert not any(alive(p) for p in processes_with_marker(marker))
+
+
+def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: Path) -> None:
+    url = server.url(server.create_database())
+    study_file = _study_file(tmp_path, lease_s=30.0)
+    marker = f"multiworker-db-{os.getpid()}-{time.time_ns()}"
+    trials = 20
+    procs = [_worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")]
+    try:
+        _wait_phase(url, "a", after_done=2, timeout=240)
+        server.restart(down_s=4.0)
+        _finish(procs, timeout=400)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    logs = (tmp_path / "a.log").read_text() + (tmp_path / "b.log").read_text()
+    assert [p.returncode for p in procs] == [0, 0], logs[-4000:]
+    assert "lost the database" in logs
+    study = _load(url)
+    all_trials = study.get_trials(deepcopy=False)
+    complete = [t for t in all_trials if t.state == TrialState.COMPLETE]
+    assert trials <= len(complete) <= trials + 1
+    assert not [t.number for t in all_trials if t.state == TrialState.RUNNING]
+    assert [c for c, n in _measured_configs(all_trials).items() if n > 1] == []
+    for t in complete:
+        assert "config" in t.user_attrs and t.values is not None
+    assert processes_with_marker(marker) == []
