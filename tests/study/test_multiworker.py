@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,7 +45,13 @@ def _study_file(tmp_path: Path, *, lease_s: float = 4.0) -> Path:
 
 
 def _worker(
-    tmp_path: Path, url: str, study_file: Path, name: str, trials: int, marker: str
+    tmp_path: Path,
+    url: str,
+    study_file: Path,
+    name: str,
+    trials: int,
+    marker: str,
+    *extra: str,
 ) -> subprocess.Popen[str]:
     env = {
         **os.environ,
@@ -53,7 +60,7 @@ def _worker(
         "AUTOTUNE_TEST_MARKER": marker,
     }
     cmd = [sys.executable, "-m", "autotune", "run", "--study", STUDY, "--storage", url]
-    cmd += ["--study-file", str(study_file), "--worker", name, "--trials", str(trials)]
+    cmd += ["--study-file", str(study_file), "--worker", name, "--trials", str(trials), *extra]
     log = (tmp_path / f"{name.replace('/', '_')}.log").open("a")
     return subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
@@ -121,8 +128,13 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     study_file = _study_file(tmp_path)
     marker = f"multiworker-{os.getpid()}-{time.time_ns()}"
     trials = 24
-    names = ["w1", "w2", "w3"]
-    procs = {n: _worker(tmp_path, url, study_file, n, trials, marker) for n in names}
+    # w3 drives a deployment of its own (--deployment), the others the study file's.
+    own = yaml.safe_load((REPO / "launchers" / "sim-dsv4-flash-pd.yaml").read_text())
+    own["name"] = "sim-node-b"
+    own_file = tmp_path / "node-b.yaml"
+    own_file.write_text(yaml.safe_dump(own))
+    extra = {"w1": (), "w2": (), "w3": ("--deployment", str(own_file))}
+    procs = {n: _worker(tmp_path, url, study_file, n, trials, marker, *extra[n]) for n in extra}
     try:
         victim = _wait_phase(url, "w2", after_done=1, timeout=240)
         procs["w2"].send_signal(signal.SIGKILL)
@@ -195,6 +207,11 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     assert shown.returncode == 0, shown.stderr
     status = json.loads(shown.stdout)
     assert sorted(w["name"] for w in status["workers"]) == ["w1", "w2", "w3"]
+    assert {w["name"]: w["deployment"] for w in status["workers"]} == {
+        "w1": "sim-dsv4-flash-pd",
+        "w2": "sim-dsv4-flash-pd",
+        "w3": "sim-node-b",
+    }
     assert {w["liveness"] for w in status["workers"]} == {"stopped"}
     assert sum(w["done"] for w in status["workers"]) == len(complete)
     assert status["duplicate_configs"] == 0
@@ -207,6 +224,22 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
         env={**os.environ, "COLUMNS": "120"},
     )
     assert table.returncode == 0 and "w2" in table.stdout and "stopped" in table.stdout
+    # best, report and the exports read the shared study as they read SQLite.
+    for args in (
+        ["best"],
+        ["report", "--out", str(tmp_path / "report.html")],
+        ["best", "--export", "systemd", "--out", str(tmp_path / "units")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", *args, "--study", STUDY, "--storage", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, (args, done.stderr)
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+    assert len(list((tmp_path / "units").rglob("*.service"))) == 3
     # The lease (4 s) bounded how long the lost trial waited.
     text = (tmp_path / "w1.log").read_text() + (tmp_path / "w3.log").read_text()
     assert f"trial #{victim} failed as worker_lost" in text
@@ -240,3 +273,40 @@ def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: P
     for t in complete:
         assert "config" in t.user_attrs and t.values is not None
     assert processes_with_marker(marker) == []
+
+
+def test_dashboard_serves_a_study_in_postgresql(server: PostgresServer, tmp_path: Path) -> None:
+    import httpx
+
+    url = server.url(server.create_database())
+    study = optuna.create_study(study_name="dash", storage=url)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = (
+        "import sys; from autotune.dashboard import serve_dashboard; "
+        "serve_dashboard(sys.argv[1], port=int(sys.argv[2]), artifact_dir=sys.argv[3])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", serve, url, str(port), str(tmp_path / "artifacts")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            try:
+                got = httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=2)
+                if got.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "dashboard did not answer within 30 s"
+            time.sleep(0.2)
+        names = [x["study_name"] for x in got.json()["study_summaries"]]
+        assert names == ["dash"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
