@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sqlite3
 import time
@@ -250,12 +251,30 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
         engine_kwargs = {"pool_pre_ping": True}
         if "connect_timeout=" not in url:
             engine_kwargs["connect_args"] = {"connect_timeout": SERVER_CONNECT_TIMEOUT_S}
-    try:
-        return optuna.storages.RDBStorage(with_driver(url), engine_kwargs=engine_kwargs)
-    except Exception as exc:  # SQLAlchemy raises many types; the user needs one message.
-        raise StorageError(
-            f"cannot open storage {display_url(url)}: {describe_storage_failure(exc, url=url)}"
-        ) from None
+    for attempt in range(SCHEMA_RACE_TRIES):
+        try:
+            return optuna.storages.RDBStorage(with_driver(url), engine_kwargs=engine_kwargs)
+        except Exception as exc:  # SQLAlchemy raises many types; the user needs one message.
+            if attempt + 1 < SCHEMA_RACE_TRIES and _lost_schema_race(exc):
+                # Several workers started at once on an empty database all create Optuna's
+                # tables; all but one lose (duplicate type or key). Once they exist, opening
+                # is a read: try again after a moment.
+                time.sleep(random.uniform(0.2, 1.0))
+                continue
+            raise StorageError(
+                f"cannot open storage {display_url(url)}: {describe_storage_failure(exc, url=url)}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+SCHEMA_RACE_TRIES = 6
+
+
+def _lost_schema_race(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and (
+        "already exists" in text or "duplicate key" in text or "unique constraint" in text
+    )
 
 
 try:  # Optuna internals: one transaction for many writes (checked, with a plain fallback).

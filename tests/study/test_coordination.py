@@ -225,3 +225,29 @@ def test_a_second_worker_is_refused_where_workers_cannot_share(tmp_path: Path) -
     second = Worker(study, name="w2", deployment="sim")
     second.start(alone=True)  # the first one stopped: the study is free
     second.stop("stopped")
+
+
+def _open_in_process(url: str, start: float, out: Any) -> None:
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        storage = open_storage(url, create=True)
+        optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
+        out.put("ok")
+    except Exception as exc:  # reported to the test
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_workers_starting_together_on_an_empty_database_all_open_it(pg_url: str) -> None:
+    """Each creates Optuna's tables; the losers of that race retry instead of failing."""
+    ctx = multiprocessing.get_context("spawn")
+    out: Any = ctx.Queue()
+    start = time.time() + 3.0
+    procs = [ctx.Process(target=_open_in_process, args=(pg_url, start, out)) for _ in range(5)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=90) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert results == ["ok"] * 5
+    assert len(optuna.get_all_study_names(pg_url)) == 1
