@@ -39,19 +39,27 @@ sys.path.insert(0, str(REPO / "tests"))
 from pg_server import PostgresServer  # noqa: E402
 
 
-def study_file(tmp: Path) -> Path:
+def study_file(tmp: Path, speedup: float | None) -> Path:
     data = yaml.safe_load((REPO / "tests" / "data" / "e2e-study.yaml").read_text())
     data["space"] = str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml")
-    data["deployment"] = str(REPO / "launchers" / "sim-dsv4-flash-pd.yaml")
+    deployment = REPO / "launchers" / "sim-dsv4-flash-pd.yaml"
+    if speedup is not None:  # slower servers: trials wait on the (simulated) GPUs, not CPU
+        spec = yaml.safe_load(deployment.read_text())
+        spec["sim_speedup"] = speedup
+        deployment = tmp / "deployment.yaml"
+        deployment.write_text(yaml.safe_dump(spec))
+    data["deployment"] = str(deployment)
     data["remeasure"] = {"top_k": 0, "repeats": 0}  # trials only: the figure is trials/hour
     path = tmp / "scaling.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def run_study(pg: PostgresServer, tmp: Path, *, workers: int, trials: int, seed: int) -> dict:
+def run_study(
+    pg: PostgresServer, tmp: Path, *, workers: int, trials: int, seed: int, speedup: float | None
+) -> dict:
     url = pg.url(pg.create_database())
-    path = study_file(tmp)
+    path = study_file(tmp, speedup)
     logs = []
     t0 = time.monotonic()
     procs = []
@@ -98,6 +106,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--speedup",
+        type=float,
+        default=None,
+        help="sim_speedup of the servers (default: the bundled deployment's 8)",
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
@@ -105,11 +119,18 @@ def main() -> int:
         tmp = Path(d)
         for r in range(args.rounds):
             for k in (1, args.workers):
-                row = run_study(pg, tmp, workers=k, trials=args.trials, seed=args.seed + 100 * r)
+                row = run_study(
+                    pg,
+                    tmp,
+                    workers=k,
+                    trials=args.trials,
+                    seed=args.seed + 100 * r,
+                    speedup=args.speedup,
+                )
                 row["round"] = r
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n{args.trials} trials per study, {os.cpu_count()} CPUs")
+    print(f"\n{args.trials} trials per study, {os.cpu_count()} CPUs, sim_speedup {args.speedup}")
     print(
         "| workers | round | wall s | trials/hour | launched | measured twice | claimed | reused |"
     )

@@ -47,6 +47,7 @@ from autotune.study.storage import (
     describe_storage_failure,
     display_url,
     open_storage,
+    storage_errors,
 )
 
 try:  # Optuna internals: the RDB tables, copied row by row (checked, with copy_study fallback).
@@ -113,7 +114,7 @@ def migrate_study(
     source = open_storage(source_url, create=False)
     target: optuna.storages.BaseStorage | None = None
     try:
-        with _errors(source_url, "reading the source study"):
+        with storage_errors(source_url, "reading the source study"):
             name = _pick_study(source, study_name, source_url)
             source_id = source.get_study_id_from_name(name)
             _refuse_running(source, source_id, name, source_url)
@@ -166,7 +167,7 @@ def _copy_and_verify(
     use_rows: bool,
 ) -> None:
     """Copy and compare; whatever stops it after the copy began removes the copy."""
-    with _errors(target_url, "reading the target storage"):
+    with storage_errors(target_url, "reading the target storage"):
         held = [s.study_name for s in target.get_all_studies()]
     if name in held:
         same = display_url(source_url) == display_url(target_url)
@@ -192,17 +193,6 @@ def _copy_and_verify(
 
 
 # --------------------------------------------------------------------------- checks
-
-
-@contextlib.contextmanager
-def _errors(url: str, doing: str) -> Iterator[None]:
-    """A storage exception as one StorageError naming the storage and the cause."""
-    try:
-        yield
-    except STORAGE_EXCEPTIONS as exc:
-        raise StorageError(
-            f"{doing} in {display_url(url)} failed: {describe_storage_failure(exc, url=url)}"
-        ) from exc
 
 
 def _check_sqlite_source(url: str) -> None:
@@ -326,7 +316,7 @@ def _copy_rows(
     studies, trials, by_study, by_trial = _table_roles()
     source_engine: sqlalchemy.Engine = source.engine  # type: ignore[attr-defined]
     target_engine: sqlalchemy.Engine = target.engine  # type: ignore[attr-defined]
-    with _errors(source_url, "reading the source study"), source_engine.connect() as conn:
+    with storage_errors(source_url, "reading the source study"), source_engine.connect() as conn:
         if source_engine.dialect.name != "sqlite":  # one snapshot for all the tables
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
         study_row = (
