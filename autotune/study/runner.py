@@ -600,8 +600,10 @@ class Tuner:
             raise
         elapsed = self._close_phases(outcome, t0)
         self._phase("store")
-        self._store(trial, outcome)
+        stored = self._store(trial, outcome)
         self.worker.on_trial(None)
+        if not stored:
+            return False
         self.worker.trial_done()
         key = self.space.config_key(config)
         if outcome.attrs.get("reused_from") is None:
@@ -640,12 +642,14 @@ class Tuner:
             )
         )
 
-    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> bool:
         """Journal first, then storage, with Ctrl-C/SIGTERM held until both are done.
 
         A failed write keeps the measurement in the journal for the next run (a database
         server that went away is waited for first, see ``autotune.study.storage.retrying``;
-        Ctrl-C ends that wait).
+        Ctrl-C ends that wait). False: another worker had already failed the trial as lost
+        (this one was silent past the lease) and re-queued its configuration; the
+        measurement is dropped so the configuration is not recorded twice.
         """
         outcome.attrs = redact(outcome.attrs)  # the journal holds no secret either
         with _deferred_interrupts():
@@ -655,6 +659,15 @@ class Tuner:
                 finish_trial(
                     self.study, trial, outcome, constraint_keys=self.objective.constraint_keys
                 )
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if journaled is not None:
+                    self.journal.discard(trial._trial_id)
+                self.progress.message(
+                    f"trial #{trial.number} was taken over by another worker while this one "
+                    "sent no heartbeat for longer than the lease; its configuration was "
+                    "re-queued there, so this measurement is not stored"
+                )
+                return False
             except Exception as exc:
                 kept = (
                     f"its measurement is kept in {journaled} and the next `autotune run` "
@@ -671,6 +684,7 @@ class Tuner:
             failpoint("trial.told")
             if journaled is not None:
                 self.journal.discard(trial._trial_id)
+        return True
 
     def _journal(self, trial: optuna.Trial, outcome: TrialOutcome) -> Path | None:
         """Save a measured outcome locally; None when nothing was measured or it failed."""

@@ -310,3 +310,39 @@ def test_dashboard_serves_a_study_in_postgresql(server: PostgresServer, tmp_path
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_frozen_worker_is_taken_over_and_carries_on(
+    server: PostgresServer, tmp_path: Path
+) -> None:
+    """A worker frozen past the lease (SIGSTOP: a paused VM, a long stall) loses its trial to
+    another worker; resumed, it drops that measurement and goes on: nothing twice."""
+    url = server.url(server.create_database())
+    study_file = _study_file(tmp_path, lease_s=3.0)
+    marker = f"multiworker-stop-{os.getpid()}-{time.time_ns()}"
+    trials = 16
+    procs = {n: _worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")}
+    try:
+        frozen = _wait_phase(url, "a", after_done=1, timeout=240)
+        procs["a"].send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 60
+        while _load(url).trials[frozen].state == TrialState.RUNNING:
+            assert time.monotonic() < deadline, "the frozen worker's trial was never taken over"
+            time.sleep(0.2)
+        procs["a"].send_signal(signal.SIGCONT)
+        _finish(list(procs.values()), timeout=400)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+    logs = (tmp_path / "a.log").read_text()
+    assert [p.returncode for p in procs.values()] == [0, 0], logs[-3000:]
+    study = _load(url)
+    all_trials = study.get_trials(deepcopy=False)
+    lost = all_trials[frozen]
+    assert lost.state == TrialState.FAIL and lost.user_attrs["failure"] == "worker_lost"
+    assert f"trial #{frozen} was taken over by another worker" in logs
+    assert [c for c, n in _measured_configs(all_trials).items() if n > 1] == []
+    assert not [t.number for t in all_trials if t.state == TrialState.RUNNING]
+    assert processes_with_marker(marker) == []
