@@ -49,12 +49,25 @@ def test_run_20_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
         for name in ("prefill", "decode"):
             wanted = t.user_attrs["config"]["moe_runner_backend"]
             assert effective[name]["moe_runner_backend"] == wanted, (t.number, name)
-    # Only services whose rendered spec changed were restarted over SSH.
+    # Only services whose rendered spec changed were restarted over SSH. Compared with the
+    # previous launch attempt, failed ones included: a launch that fails (decode OOM) has
+    # already restarted the services that came up, and those keep running.
+    attempts = [
+        t
+        for t in trials
+        if "services" in t.user_attrs
+        and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get("failure") != "forbidden"
+    ]
     previous = None
     checked = 0
-    for t in launched:
+    for t in attempts:
         services = t.user_attrs["services"]
-        if previous is not None and previous.user_attrs["failure"] is None:
+        if (
+            previous is not None
+            and previous.user_attrs["failure"] is None
+            and "restarted" in t.user_attrs
+        ):
             for name in ("prefill", "decode"):
                 changed = (
                     services[name]["fingerprint"]
