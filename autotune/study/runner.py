@@ -711,10 +711,6 @@ class Tuner:
             attrs = {"retry_of": trial.number, **self._baseline_attr(frozen)}
             self.study.enqueue_trial(params, user_attrs=attrs)
 
-    def _best(self) -> tuple[float, int] | None:
-        """(throughput, trial number) of the best feasible, fully measured trial so far."""
-        return self._incumbent
-
     # ------------------------------------------------------------------ re-measure
 
     def _remeasure_plan(self) -> list[tuple[int, int, dict[str, Any]]]:
