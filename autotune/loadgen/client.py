@@ -107,10 +107,11 @@ class _Bodies:
             "model": model,
             "max_tokens": spec.output_len,
             "temperature": spec.temperature,
-            "ignore_eos": spec.ignore_eos,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if spec.ignore_eos is not None:  # a server that refuses unknown fields gets none
+            self._base["ignore_eos"] = spec.ignore_eos
 
     def next(self) -> bytes:
         n = self._spec.input_len
@@ -185,10 +186,22 @@ def _text_of(obj: Any, chat: bool) -> str | None:
 class _Stream:
     """The body sink of one streamed request: SSE events -> chunk times, text, usage."""
 
-    __slots__ = ("att", "chat", "parser", "first", "ctype", "err_body", "tracker")
+    __slots__ = (
+        "att", "chat", "parser", "first", "ctype", "err_body", "tracker", "require_done", "finished"
+    )  # fmt: skip
 
-    def __init__(self, att: _Attempt, chat: bool, tracker: ThroughputTracker | None) -> None:
+    def __init__(
+        self,
+        att: _Attempt,
+        chat: bool,
+        tracker: ThroughputTracker | None,
+        *,
+        require_done: bool = True,
+    ) -> None:
         self.att = att
+        self.require_done = require_done
+        self.finished = False
+        """A choice carried a ``finish_reason`` (the generation ended)."""
         self.chat = chat
         self.parser = SSEParser()
         self.first = b""
@@ -231,6 +244,11 @@ class _Stream:
                     att.error = f"server error: {error_text(obj['error'])}"
                     return True
                 text = _text_of(obj, self.chat)
+                if not self.require_done and not self.finished:
+                    choices = obj.get("choices")
+                    self.finished = bool(
+                        choices and type(choices[0]) is dict and choices[0].get("finish_reason")
+                    )
                 if text:
                     att.chunk_times.append(now)
                     att.pieces.append(text)
@@ -261,6 +279,8 @@ class _Stream:
         for data, _event in self.parser.close():
             if data == _DONE and att.done_time is None:
                 att.done_time = now
+        if att.done_time is None and self.finished:
+            att.done_time = now  # no [DONE] required: the body ended after a finish_reason
         if att.done_time is None:
             att.error = "stream ended before 'data: [DONE]'"
             if not self.first:
@@ -280,9 +300,10 @@ async def _request(
     chat: bool,
     base: str,
     tracker: ThroughputTracker | None,
+    require_done: bool = True,
 ) -> RequestRecord:
     att = _Attempt()
-    stream = _Stream(att, chat, tracker)
+    stream = _Stream(att, chat, tracker, require_done=require_done)
     send = perf_counter()
     try:
         # A total limit: a server that drips one byte a second must not hold the request.
@@ -536,6 +557,7 @@ async def arun_load(
             chat=chat,
             base=base,
             tracker=tracker,
+            require_done=spec.require_done,
         )
 
     try:

@@ -76,7 +76,12 @@ class LoadSpec(BaseModel):
     """``token_ids`` (exact input length; completions only) or ``text`` (``input_len``
     words); ``None`` picks token_ids for completions, text for chat."""
     temperature: float = Field(default=0.0, ge=0)
-    ignore_eos: bool = True
+    ignore_eos: bool | None = True
+    """Sent with every request (generate exactly ``output_len`` tokens); ``None`` leaves the
+    field out, for servers that refuse fields OpenAI does not define (transformers serve)."""
+    require_done: bool = True
+    """A stream must end with ``data: [DONE]``; False also accepts a clean end after a
+    chunk with a ``finish_reason`` (servers that send no ``[DONE]``: transformers serve)."""
     seed: int = 0
     """Seeds the random prompts: equal seeds send equal prompts."""
     slo: SLO = Field(default_factory=SLO)  # type: ignore[arg-type]

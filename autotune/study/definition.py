@@ -52,6 +52,14 @@ class LoadSettings(BaseModel):
     max_duration_s: PositiveFinite = 120.0
     request_timeout_s: PositiveFinite = 60.0
     api: Literal["completions", "chat"] = "completions"
+    prompt: Literal["token_ids", "text"] | None = None
+    """``text`` for servers that take only string prompts; default: token ids for
+    completions, text for chat."""
+    ignore_eos: bool | None = True
+    """Null: the field is not sent (a server that refuses unknown request fields)."""
+    require_done: bool = True
+    """False: a stream that ends cleanly after a ``finish_reason`` is complete without
+    ``data: [DONE]``."""
     target_rel_ci: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
     """Adaptive measurement: stop the measure phase once the 95% CI half-width of output
     throughput is at most this fraction of its mean (``requests`` is then the minimum

@@ -314,6 +314,9 @@ class Tuner:
             max_duration_s=load.max_duration_s,
             request_timeout_s=load.request_timeout_s,
             api=load.api,
+            prompt=load.prompt,
+            ignore_eos=load.ignore_eos,
+            require_done=load.require_done,
             model=self.deployment.model,
             slo=SLO(
                 ttft_ms=_on_wall_clock(slo.ttft_p99_ms, speedup),

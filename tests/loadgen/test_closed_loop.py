@@ -294,3 +294,33 @@ def test_failure_streak_stops_duration_mode(fake_server: FakeServer) -> None:
         )
     assert time.perf_counter() - t0 < 10
     assert fake_server.requests <= 64 + 2
+
+
+def test_streams_without_done_are_complete_when_the_server_never_sends_it(
+    fake_server: FakeServer,
+) -> None:
+    """transformers serve ends a stream after the finish_reason/usage chunk, no [DONE]."""
+    fake_server.behaviour.mode = "no_done"
+    with pytest.raises(BenchError, match=r"\[DONE\]"):  # the default insists on [DONE]
+        run_load(fake_server.url, spec(requests=6, concurrency=2))
+    lenient = run_load(fake_server.url, spec(requests=6, concurrency=2, require_done=False))
+    m = lenient.metrics
+    assert (m.completed, m.failed) == (6, 0)
+    assert m.output_tokens == 6 * 8
+
+
+def test_no_done_is_still_a_failure_when_the_stream_was_cut_before_finishing(
+    fake_server: FakeServer,
+) -> None:
+    fake_server.behaviour.fail_every = 2
+    fake_server.behaviour.fail_mode = "drop"  # the body ends mid-generation: no finish_reason
+    result = run_load(fake_server.url, spec(requests=4, concurrency=1, require_done=False))
+    assert (result.metrics.completed, result.metrics.failed) == (2, 2)
+
+
+def test_ignore_eos_is_left_out_when_none(fake_server: FakeServer) -> None:
+    run_load(fake_server.url, spec(requests=2, concurrency=1, ignore_eos=None))
+    assert fake_server.payloads and all("ignore_eos" not in p for p in fake_server.payloads)
+    fake_server.payloads.clear()
+    run_load(fake_server.url, spec(requests=2, concurrency=1))
+    assert all(p["ignore_eos"] is True for p in fake_server.payloads)
