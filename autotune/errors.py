@@ -63,5 +63,11 @@ class BenchError(AutotuneError):
     """The load generator could not produce a measurement (no request completed, ...)."""
 
 
+class BenchTimeout(BenchError):
+    """The server answered nothing in time: the warm-up or the measure phase ran out of time
+    before a request completed. Unlike a refused or failed request, this is what a server
+    still compiling or stuck looks like, so the tuner looks at its log for the cause."""
+
+
 class StorageError(AutotuneError):
     """The study storage cannot be opened, read or written."""

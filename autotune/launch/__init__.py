@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotune.errors import LaunchError
 from autotune.launch.base import ApplyResult, EventCallback, Launcher
-from autotune.launch.classify import Classification, FailureClass, classify_log
+from autotune.launch.classify import Classification, FailureClass, classify_log, explain_fault
 from autotune.launch.local import LocalLauncher
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "Launcher",
     "LocalLauncher",
     "classify_log",
+    "explain_fault",
 ]

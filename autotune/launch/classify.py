@@ -29,6 +29,9 @@ class FailureClass(str, Enum):
     """The service was healthy, then died while it was being measured (no known cause)."""
     trial_timeout = "trial_timeout"
     """The trial's deadline (``trial_timeout_s`` of the study) passed."""
+    compile_timeout = "compile_timeout"
+    """The server was healthy but still compiling (torch.compile) when the warm-up or the
+    trial ran out of time: a lever that costs more start-up than a trial can give it."""
     unknown = "unknown"
 
     def __str__(self) -> str:
@@ -53,6 +56,9 @@ _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
         (95, FailureClass.cuda_oom, r"CUDA error: out of memory"),
         (95, FailureClass.cuda_oom, r"Cuda failure '?out of memory"),
         (90, FailureClass.cuda_oom, r"Not enough memory\. Please try to increase --mem-fraction"),
+        # transformers' continuous batching sizes its paged KV cache on the first request:
+        # "MemoryError: Memory footprint 1.2e+11 is more than available memory 9.8e+10".
+        (90, FailureClass.cuda_oom, r"MemoryError: Memory footprint .* more than available"),
         (85, FailureClass.nccl_error, r"Watchdog caught collective operation timeout"),
         (85, FailureClass.nccl_error, r"NCCL WARN .*time(d)?[ -]?out"),
         (80, FailureClass.nccl_error, r"NCCL error"),
@@ -69,6 +75,8 @@ _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
         (60, FailureClass.config_rejected, r"error: unrecognized arguments"),
         (60, FailureClass.config_rejected, r"error: argument --?[\w-]+"),
         (60, FailureClass.config_rejected, r"ValueError: .*(is )?not supported"),
+        # transformers' continuous batching with a KV cache smaller than one request.
+        (60, FailureClass.config_rejected, r"No requests can be scheduled and no requests can"),
         (55, FailureClass.cuda_error, r"CUDA driver version is insufficient"),
         (55, FailureClass.cuda_error, r"RuntimeError: CUDA error:"),
         (55, FailureClass.cuda_error, r"No CUDA GPUs are available"),
@@ -82,6 +90,16 @@ _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
 FATAL_WHILE_ALIVE: frozenset[FailureClass] = frozenset(
     {FailureClass.cuda_oom, FailureClass.nccl_error, FailureClass.cuda_error}
 )
+
+
+#: Lines torch.compile writes while it works (``TORCH_LOGS=dynamo`` prints the first two).
+_COMPILING = re.compile(
+    r"torchdynamo start tracing|calling compiler function|torchinductor compiling|"
+    r"torch\._(dynamo|inductor)\b"
+)
+
+#: Below this priority a match is too generic to name the cause of a live server's fault.
+_SPECIFIC = 50
 
 
 def classify_line(line: str) -> tuple[int, FailureClass] | None:
@@ -108,3 +126,25 @@ def classify_log(text: str) -> Classification:
     if best is None:
         return Classification(FailureClass.unknown, "")
     return Classification(best[1], best[2])
+
+
+def explain_fault(text: str, *, stalled: bool) -> Classification | None:
+    """Why a server that is still running failed its measurement, or None when its log
+    does not say.
+
+    A server can break without exiting: transformers serve keeps answering after its
+    continuous-batching worker died of a CUDA OOM (every request then gets an error). Only
+    specific causes count here (an OOM, a CUDA or NCCL error, a rejected setting), not a
+    generic ValueError. ``stalled`` says the server answered nothing in time; then a log
+    showing torch.compile at work means it was still compiling: ``compile_timeout``.
+    """
+    found = classify_log(text)
+    if found.failure is not FailureClass.unknown:
+        best = classify_line(found.line)
+        if best is not None and best[0] >= _SPECIFIC:
+            return found
+    if stalled:
+        for raw in text.splitlines():
+            if _COMPILING.search(raw):
+                return Classification(FailureClass.compile_timeout, raw.strip())
+    return None

@@ -229,7 +229,7 @@ class LocalLauncher(Launcher):
         for name, spec in specs.items():
             p = self._procs.get(name)
             offset = p.log_offset if p is not None else 0
-            text = _read_from(spec.log_file, offset, limit=_TAIL_BYTES)
+            text = _read_from(spec.log_file, offset, limit=max(_TAIL_BYTES, 256 * lines))
             tail = "\n".join(text.splitlines()[-lines:])
             if tail:
                 parts.append(f"--- {name} ({spec.log_file})\n{tail}")

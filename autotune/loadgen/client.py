@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from autotune.errors import BenchError
+from autotune.errors import BenchError, BenchTimeout
 from autotune.loadgen._http import (
     JSON_HEADERS,
     Deadline,
@@ -63,7 +63,8 @@ _WORD_TEXT = (
     "door health art war history party result change morning reason research girl guy "
     "moment air teacher force education river stone light garden music cloud paper"
 )
-_WORDS = _WORD_TEXT.split()
+PROMPT_WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
+"""The words of text prompts; a word-level test tokenizer holds each as one token."""
 _DONE = b"[DONE]"
 _SCAN = c_make_scanner(json.JSONDecoder()) if c_make_scanner else None
 """C JSON scanner without ``json.loads``' encoding detection and whitespace regex (2x faster)."""
@@ -119,8 +120,8 @@ class _Bodies:
         if self._spec.prompt == "token_ids":
             body["prompt"] = self._rng.integers(*TOKEN_ID_RANGE, size=n).tolist()
         else:
-            idx = self._rng.integers(0, len(_WORDS), size=n)
-            text = " ".join([_WORDS[i] for i in idx])
+            idx = self._rng.integers(0, len(PROMPT_WORDS), size=n)
+            text = " ".join([PROMPT_WORDS[i] for i in idx])
             if self._spec.api == "chat":
                 body["messages"] = [{"role": "user", "content": text}]
             else:
@@ -610,8 +611,11 @@ async def arun_load(
         if by_deadline:
             within = "before the trial deadline"
         if loop.aborted is not None:
-            within = f"before the measure phase was aborted ({loop.aborted})"
-        raise BenchError(f"no request to {base} completed {within}")
+            raise BenchError(
+                f"no request to {base} completed before the measure phase was aborted "
+                f"({loop.aborted})"
+            )
+        raise BenchTimeout(f"no request to {base} completed {within}")
     failures = [r for r in records if not r.ok]
     if len(failures) == len(records):
         raise BenchError(
@@ -671,7 +675,7 @@ async def _warm_up(
             if limit.at is not None and limit.at < cap
             else f"warm-up did not finish within max_duration_s={spec.max_duration_s:g}"
         )
-        raise BenchError(
+        raise BenchTimeout(
             f"{why} ({done} of {n_warm} warm-up requests to {base} finished in {seconds:.1f} s)"
         )
     return seconds

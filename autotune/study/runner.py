@@ -42,9 +42,16 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.deployment import Deployment, load_deployment
-from autotune.errors import AutotuneError, BenchError, ConfigError, LaunchError, StorageError
+from autotune.errors import (
+    AutotuneError,
+    BenchError,
+    BenchTimeout,
+    ConfigError,
+    LaunchError,
+    StorageError,
+)
 from autotune.failpoints import failpoint
-from autotune.launch import Launcher
+from autotune.launch import Launcher, explain_fault
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import (
     SLO,
@@ -110,6 +117,9 @@ NOT_THE_CONFIG = frozenset({"host_unreachable"})
 """Launch failures that say nothing about the configuration: the trial is not scored."""
 BASELINE_CLAIM = "autotune:claim:baseline"
 """Held by whichever worker enqueued the baseline of a new study."""
+FAULT_SCAN_LINES = 2000
+"""Log lines searched for the cause of a live server's fault: the traceback of an OOM in a
+worker thread can sit under hundreds of access-log lines of the requests that failed after it."""
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
 COUNT_REFRESH = 10
@@ -961,7 +971,13 @@ class Tuner:
             )
         except BenchError as exc:
             failure = "trial_timeout" if time.monotonic() >= deadline else "bench_failed"
-            return self._after_fault(specs, attrs, failure=failure, reason=str(exc))
+            return self._after_fault(
+                specs,
+                attrs,
+                failure=failure,
+                reason=str(exc),
+                stalled=isinstance(exc, BenchTimeout),
+            )
         died = self.launcher.check_alive(specs)
         if died is not None:
             return self._after_fault(specs, attrs, failure=died.failure, reason=str(died))
@@ -1063,15 +1079,32 @@ class Tuner:
         return abort_if
 
     def _after_fault(
-        self, specs: Mapping[str, ServiceSpec], attrs: dict[str, Any], *, failure: str, reason: str
+        self,
+        specs: Mapping[str, ServiceSpec],
+        attrs: dict[str, Any],
+        *,
+        failure: str,
+        reason: str,
+        stalled: bool = False,
     ) -> TrialOutcome:
         """A trial that failed after its services were healthy: infeasible with the reason;
         every service is stopped so the next trial starts from fresh processes (a hung or
-        half-dead server must not be kept because its flags did not change)."""
+        half-dead server must not be kept because its flags did not change).
+
+        The class comes from a service that died, else from what the live services' logs
+        say (an OOM in a worker thread, torch.compile still running when a ``stalled`` load
+        gave up), else it is ``failure``."""
         died = self.launcher.check_alive(specs)
         if died is not None and failure != died.failure:
             reason = f"{reason}; {died}"
             failure = died.failure
+        if died is None:
+            cause = explain_fault(
+                self.launcher.log_tails(specs, lines=FAULT_SCAN_LINES), stalled=stalled
+            )
+            if cause is not None and cause.failure.value != failure:
+                reason = f"{reason}; the log says: {cause.line}"
+                failure = cause.failure.value
         tail = died.log_tail if died is not None else self.launcher.log_tails(specs)
         self.launcher.stop_all()
         return failed_outcome(self.objective, attrs, failure=failure, reason=reason, log_tail=tail)
