@@ -21,7 +21,7 @@ WHEELS=(
   # transformers serve
   fastapi==0.115.12 starlette==0.46.2 uvicorn==0.34.3 openai==1.109.1
   pydantic==2.11.10 pydantic-core==2.33.2 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1
-  annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.15.0
+  annotated-types==0.8.0 typing-inspection==0.4.5
   # autotune (the versions its test suite runs with)
   optuna==5.0.0 SQLAlchemy==2.1.9 alembic==1.20.1 Mako==1.4.3 colorlog==6.12.0 plotly==7.1.0
 )
