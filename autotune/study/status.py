@@ -7,7 +7,7 @@ Optuna's own tables (issue 6 design):
   the worker refreshes from a heartbeat thread (``seen_at``) and updates at each phase;
 * trial system attribute ``autotune:worker``: the name of the worker that asked the trial.
 
-This module is the read side (and owns the record model the writer imports): one read of
+This module is the read side (the record model and its parser live in workers.py): one read of
 the trials and one of the study system attributes give every worker's liveness (a
 "running" record whose ``seen_at`` is older than its lease is *lost*: the worker died
 without saying so), the trials each worker completed (counted from the trials, not trusted
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -37,10 +37,11 @@ from autotune.errors import StorageError
 from autotune.results import THROUGHPUT, best_estimate, feasible, format_estimate
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
-    WORKER_ATTR_PREFIX,
     WORKER_LOST,
+    UnreadableRecord,
     WorkerRecord,
     WorkerState,
+    parse_worker_records,
     worker_key,
 )
 
@@ -52,45 +53,6 @@ try:  # where Optuna keeps set_metric_names (read from the one system-attribute 
     from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES as _METRIC_NAMES_KEY
 except ImportError:  # pragma: no cover - another Optuna layout: read through the study
     _METRIC_NAMES_KEY = None
-
-
-class UnreadableRecord(BaseModel):
-    """A ``autotune:worker:*`` attribute that is not a :class:`WorkerRecord`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    error: str
-
-
-def parse_worker_records(
-    system_attrs: Mapping[str, Any],
-) -> tuple[list[WorkerRecord], list[UnreadableRecord]]:
-    """The worker records among a study's system attributes, and the ones that are not
-    (invalid, or stored under another name's key)."""
-    records: list[WorkerRecord] = []
-    bad: list[UnreadableRecord] = []
-    for key in sorted(system_attrs):
-        if not key.startswith(WORKER_ATTR_PREFIX):
-            continue
-        raw = system_attrs[key]
-        try:
-            if isinstance(raw, str):  # a record stored JSON-encoded twice
-                raw = json.loads(raw)
-            if not isinstance(raw, Mapping):
-                raise ValueError(f"not a JSON object but {type(raw).__name__}")
-            rec = WorkerRecord.model_validate(raw)
-            if worker_key(rec.name) != key:  # one record per name, stored under its name
-                raise ValueError(f"the record is of worker {rec.name!r}, not of this key")
-            records.append(rec)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors()
-            )
-            bad.append(UnreadableRecord(key=key, error=problems[:300]))
-        except ValueError as exc:  # json.JSONDecodeError included
-            bad.append(UnreadableRecord(key=key, error=str(exc)[:300]))
-    return records, bad
 
 
 # --- the status model ------------------------------------------------------------------

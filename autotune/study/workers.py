@@ -23,7 +23,7 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,7 +32,7 @@ import sqlalchemy
 from optuna.storages._rdb import models as _rdb_models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.study.claims import _rdb
 from autotune.study.storage import STORAGE_EXCEPTIONS, describe_storage_failure
@@ -135,16 +135,50 @@ def default_worker_name(deployment: str) -> str:
     return f"{socket.gethostname()}/{deployment}"
 
 
-def read_workers(study: optuna.Study) -> dict[str, WorkerRecord | None]:
-    """Every worker record of the study by name (None: a record that does not parse)."""
-    out: dict[str, WorkerRecord | None] = {}
-    for key, value in study._storage.get_study_system_attrs(study._study_id).items():
+class UnreadableRecord(BaseModel):
+    """A ``autotune:worker:*`` attribute that is not a :class:`WorkerRecord`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    error: str
+
+
+def parse_worker_records(
+    system_attrs: Mapping[str, Any],
+) -> tuple[list[WorkerRecord], list[UnreadableRecord]]:
+    """The worker records among a study's system attributes, and the ones that are not
+    (invalid, or stored under another name's key)."""
+    records: list[WorkerRecord] = []
+    bad: list[UnreadableRecord] = []
+    for key in sorted(system_attrs):
         if not key.startswith(WORKER_ATTR_PREFIX):
             continue
+        raw = system_attrs[key]
         try:
-            out[key[len(WORKER_ATTR_PREFIX) :]] = WorkerRecord.model_validate(value)
-        except Exception:
-            out[key[len(WORKER_ATTR_PREFIX) :]] = None
+            if isinstance(raw, str):  # a record stored JSON-encoded twice
+                raw = json.loads(raw)
+            if not isinstance(raw, Mapping):
+                raise ValueError(f"not a JSON object but {type(raw).__name__}")
+            rec = WorkerRecord.model_validate(raw)
+            if worker_key(rec.name) != key:  # one record per name, stored under its name
+                raise ValueError(f"the record is of worker {rec.name!r}, not of this key")
+            records.append(rec)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors()
+            )
+            bad.append(UnreadableRecord(key=key, error=problems[:300]))
+        except ValueError as exc:  # json.JSONDecodeError included
+            bad.append(UnreadableRecord(key=key, error=str(exc)[:300]))
+    return records, bad
+
+
+def read_workers(study: optuna.Study) -> dict[str, WorkerRecord | None]:
+    """Every worker record of the study by name (None: a record that does not parse)."""
+    records, bad = parse_worker_records(study._storage.get_study_system_attrs(study._study_id))
+    out: dict[str, WorkerRecord | None] = {b.key[len(WORKER_ATTR_PREFIX) :]: None for b in bad}
+    out.update((r.name, r) for r in records)
     return out
 
 

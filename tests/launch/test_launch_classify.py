@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.launch import FailureClass, classify_log
+from autotune.launch import Classification, FailureClass, classify_log, explain_fault
 
 F = FailureClass
 
@@ -80,6 +80,22 @@ REAL_LINES = [
         F.config_rejected,
     ),
     ("ValueError: chunked_prefill_size must be divisible by page_size", F.config_rejected),
+    # transformers serve (continuous batching): the worker thread's OOM, the paged KV cache
+    # sized beyond free memory, a KV cache smaller than one request.
+    (
+        "ERROR:transformers.generation.continuous_batching.continuous_api:Error in generation "
+        "loop: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+        "has a total capacity of 139.72 GiB of which 1.06 GiB is free.",
+        F.cuda_oom,
+    ),
+    (
+        "MemoryError: Memory footprint 151263477760 is more than available memory 126437097062",
+        F.cuda_oom,
+    ),
+    (
+        "RuntimeError: No requests can be scheduled and no requests can be offloaded.",
+        F.config_rejected,
+    ),
 ]
 
 
@@ -129,6 +145,101 @@ def test_failure_class_values_match_trial_schema() -> None:
         "host_unreachable",
         "crashed",
         "trial_timeout",
+        "compile_timeout",
         "unknown",
     }
     assert str(F.cuda_oom) == "cuda_oom" and F("nccl_error") is F.nccl_error
+    assert (
+        F.compile_timeout.value == "compile_timeout" and str(F.compile_timeout) == "compile_timeout"
+    )
+    assert F("compile_timeout") is F.compile_timeout
+
+
+# --------------------------------------------------------------------------- explain_fault
+
+TF_OOM = (
+    "ERROR:transformers.generation.continuous_batching.continuous_api:Error in generation loop: "
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 139.72 GiB of which 1.06 GiB is free."
+)
+ACCESS = 'INFO:     127.0.0.1:53290 - "POST /v1/completions HTTP/1.1" 200 OK'
+TRACING = "torch._dynamo.symbolic_convert: [INFO] Step 1: torchdynamo start tracing forward"
+COMPILE_LOG = (
+    "INFO:     Uvicorn running on http://127.0.0.1:8000 (Press CTRL+C to quit)\n"
+    f"I0101 10:00:00.000 123 {TRACING} /models/llama/modeling_llama.py:400\n"
+    "I0101 10:00:01.000 123 torch/_dynamo/symbolic_convert.py:3000] [0/0] Step 1: torchdynamo "
+    "done tracing forward (RETURN_VALUE)\n"
+)
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_explain_fault_finds_an_oom_under_many_access_lines(stalled: bool) -> None:
+    # The worker thread died of an OOM; every later request got an error and an access line.
+    log = "\n".join(
+        ["INFO:     Application startup complete.", *[ACCESS] * 50, TF_OOM, *[ACCESS] * 1500]
+    )
+    found = explain_fault(log, stalled=stalled)
+    assert found == Classification(F.cuda_oom, TF_OOM)
+
+
+def test_explain_fault_names_specific_causes_of_a_live_server() -> None:
+    footprint = "MemoryError: Memory footprint 151263477760 is more than available memory 1264"
+    assert explain_fault(f"{ACCESS}\n{footprint}\n{ACCESS}\n", stalled=False) == (
+        F.cuda_oom,
+        footprint,
+    )
+    rejected = "RuntimeError: No requests can be scheduled and no requests can be offloaded."
+    assert explain_fault(f"{ACCESS}\n  {rejected}  \n", stalled=False) == (
+        F.config_rejected,
+        rejected,
+    )
+    cuda = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert explain_fault(cuda, stalled=True) == (F.cuda_error, cuda)
+
+
+def test_explain_fault_compile_markers_only_count_when_stalled() -> None:
+    found = explain_fault(COMPILE_LOG, stalled=True)
+    assert found is not None
+    assert found.failure is F.compile_timeout
+    assert TRACING in found.line and found.line == found.line.strip()
+    assert found.line.startswith("I0101 10:00:00.000")  # the first marker, not the last
+    # Answered requests failing for another reason: compiling is not why.
+    assert explain_fault(COMPILE_LOG, stalled=False) is None
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "[INFO] Step 1: torchdynamo start tracing forward",
+        "torch._dynamo.output_graph: [INFO] calling compiler function inductor",
+        "torch._inductor.compile_fx: [INFO] Step 3: torchinductor compiling FORWARDS graph 0",
+        "W0101 torch._dynamo hit config.recompile_limit (8)",
+    ],
+)
+def test_explain_fault_compile_markers(marker: str) -> None:
+    found = explain_fault(f"{ACCESS}\n{marker}\n{ACCESS}\n", stalled=True)
+    assert found == (F.compile_timeout, marker)
+
+
+def test_explain_fault_no_compile_marker_in_plain_text() -> None:
+    # "dynamo" alone (e.g. TORCH_LOGS=dynamo echoed in a banner) is not torch.compile at work.
+    assert explain_fault("env TORCH_LOGS=dynamo\nINFO: ready\n", stalled=True) is None
+
+
+def test_explain_fault_ignores_generic_errors() -> None:
+    # Matches classify_log (config_rejected at a generic priority) but is too generic here.
+    assert classify_log("ValueError: x").failure is F.config_rejected
+    assert explain_fault("ValueError: x", stalled=False) is None
+    assert explain_fault("ValueError: x\n", stalled=True) is None
+    assert explain_fault(f"{ACCESS}\nValueError: x\n{ACCESS}\n", stalled=True) is None
+
+
+def test_explain_fault_oom_wins_over_compile_markers_when_stalled() -> None:
+    for log in (f"{COMPILE_LOG}{TF_OOM}\n", f"{TF_OOM}\n{COMPILE_LOG}"):
+        assert explain_fault(log, stalled=True) == (F.cuda_oom, TF_OOM)
+
+
+def test_explain_fault_empty_or_quiet_log() -> None:
+    assert explain_fault("", stalled=True) is None
+    assert explain_fault("", stalled=False) is None
+    assert explain_fault("\n".join([ACCESS] * 100), stalled=True) is None

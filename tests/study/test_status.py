@@ -20,15 +20,17 @@ from rich.console import Console
 
 from autotune.results import best_estimate, remeasure_key
 from autotune.study.status import (
-    TRIAL_WORKER_ATTR,
-    WORKER_ATTR_PREFIX,
     StudyStatus,
-    WorkerRecord,
     format_seconds,
-    parse_worker_records,
     render_status,
     status_json,
     study_status,
+)
+from autotune.study.workers import (
+    TRIAL_WORKER_ATTR,
+    WORKER_ATTR_PREFIX,
+    WorkerRecord,
+    parse_worker_records,
     worker_key,
 )
 
