@@ -66,6 +66,15 @@ _WORD_TEXT = (
 PROMPT_WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 """The words of text prompts; a word-level test tokenizer holds each as one token."""
 _DONE = b"[DONE]"
+_TIMED_OUT = "timed out after"
+
+
+def _unanswered(record: RequestRecord) -> bool:
+    """The request ran out of time before the server sent a single token: the server is
+    busy elsewhere (compiling, stuck), not refusing."""
+    return not record.ok and not record.chunk_times and (record.error or "").startswith(_TIMED_OUT)
+
+
 _SCAN = c_make_scanner(json.JSONDecoder()) if c_make_scanner else None
 """C JSON scanner without ``json.loads``' encoding detection and whitespace regex (2x faster)."""
 _STREAM_HEADERS = {
@@ -311,7 +320,7 @@ async def _request(
         await asyncio.wait_for(conn.exchange(request, stream), timeout_s)
         stream.finish()
     except asyncio.TimeoutError:
-        att.error = f"timed out after {timeout_s:g} s (request_timeout_s)"
+        att.error = f"{_TIMED_OUT} {timeout_s:g} s (request_timeout_s)"
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         att.error = connection_error(base, exc)
     except (httpx.HTTPError, OSError) as exc:
@@ -618,7 +627,7 @@ async def arun_load(
         raise BenchTimeout(f"no request to {base} completed {within}")
     failures = [r for r in records if not r.ok]
     if len(failures) == len(records):
-        raise BenchError(
+        raise (BenchTimeout if all(map(_unanswered, records)) else BenchError)(
             f"all {len(records)} measured requests to {base} failed; first error: "
             f"{failures[0].error}"
         )
@@ -666,7 +675,8 @@ async def _warm_up(
             cap_reason="warm-up cap",
         )
     except _WarmupFailed as exc:
-        raise BenchError(f"warm-up request to {base} failed: {exc.record.error}") from None
+        error = BenchTimeout if _unanswered(exc.record) else BenchError
+        raise error(f"warm-up request to {base} failed: {exc.record.error}") from None
     seconds = perf_counter() - t0
     if capped:
         done = sum(r.ok for r in warm.records)

@@ -155,3 +155,32 @@ def test_http_500_in_measure_phase_is_not_a_timeout(http500_url: str) -> None:
         run_load(http500_url, spec(warmup_requests=0))
     assert not isinstance(info.value, BenchTimeout)
     assert _Http500.posts == 4
+
+
+def test_request_timeout_before_the_cap_is_still_a_timeout(silent_url: str) -> None:
+    # request_timeout_s shorter than max_duration_s: the warm-up request times out on its own
+    # (the default LoadSettings are so: 60 s vs 120 s). Still nothing answered: a stall.
+    with pytest.raises(BenchTimeout, match=r"warm-up request .* failed: timed out after 0\.3 s"):
+        run_load(silent_url, spec(max_duration_s=5, request_timeout_s=0.3))
+
+
+def test_every_measured_request_timing_out_is_a_timeout(fake_server: FakeServer) -> None:
+    fake_server.behaviour.mode = "hang"
+    with pytest.raises(BenchTimeout, match=r"all \d+ measured requests .* failed; .*timed out"):
+        run_load(fake_server.url, spec(warmup_requests=0, max_duration_s=5, request_timeout_s=0.3))
+
+
+def test_a_request_that_got_tokens_then_timed_out_is_not_unanswered() -> None:
+    from autotune.loadgen.client import _unanswered
+    from autotune.loadgen.records import RequestRecord
+
+    def record(**kw: object) -> RequestRecord:
+        base: dict[str, object] = {"index": 0, "send_time": 0.0, "end_time": 1.0}
+        base.update(kw)
+        return RequestRecord.model_validate(base)
+
+    timed_out = "timed out after 0.3 s (request_timeout_s)"
+    assert _unanswered(record(error=timed_out))
+    assert not _unanswered(record(error=timed_out, chunk_times=[0.1]))  # it was answering
+    assert not _unanswered(record(error="HTTP 500: internal error"))
+    assert not _unanswered(record(error="cannot connect to http://x: connection refused"))
