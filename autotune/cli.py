@@ -37,6 +37,7 @@ _BENCH_OPTIONS = {
     "warmup_requests": "--warmup",
     "api": "--api",
     "model": "--model",
+    "prompt": "--prompt",
 }
 
 app = typer.Typer(
@@ -602,6 +603,23 @@ def bench(
     ),
     api: str = typer.Option("completions", "--api", help="completions or chat."),
     model: str | None = typer.Option(None, "--model"),
+    prompt: str | None = typer.Option(
+        None,
+        "--prompt",
+        help="token_ids or text (default: token_ids for completions, text for chat).",
+    ),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="Send ignore_eos (SGLang, vLLM); --no-ignore-eos leaves the field out for "
+        "servers that refuse unknown fields (transformers serve: HTTP 422).",
+    ),
+    require_done: bool = typer.Option(
+        True,
+        "--require-done/--no-require-done",
+        help="A stream must end with 'data: [DONE]'; --no-require-done also accepts a "
+        "clean end after a chunk with a finish_reason (transformers serve).",
+    ),
     records: Path | None = typer.Option(
         None, "--records", help="Write raw per-request records (JSON lines)."
     ),
@@ -635,6 +653,9 @@ def bench(
             # The measure phase's hard cap: in-flight requests get a request timeout's time.
             max_duration_s=max(120.0, duration + 60.0) if duration is not None else 120.0,
             api=api,  # type: ignore[arg-type]
+            prompt=prompt,  # type: ignore[arg-type]
+            ignore_eos=True if ignore_eos else None,
+            require_done=require_done,
             model=model,
         )
     except ValidationError as exc:
