@@ -75,7 +75,7 @@ from autotune.secrets import redact
 from autotune.space import SearchSpace, load_space
 from autotune.specs import ServiceSpec
 from autotune.study.claims import claim, claim_key, take_over
-from autotune.study.definition import StudyDefinition
+from autotune.study.definition import EarlyAbortSettings, StudyDefinition
 from autotune.study.effective import find_overrides
 from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
@@ -221,6 +221,64 @@ def _deferred_interrupts() -> Iterator[None]:
     if received:
         _INTERRUPT_PENDING.clear()
         raise KeyboardInterrupt
+
+
+def early_abort_reason(
+    estimate: LiveEstimate,
+    *,
+    settings: EarlyAbortSettings,
+    incumbent: tuple[float, int],
+    streams: int,
+    output_len: int,
+    speedup: float = 1.0,
+) -> str | None:
+    """Why the measure phase should stop now, or None: even an optimistic figure for this
+    trial is below ``abort_below`` x the incumbent's throughput (``incumbent``: throughput,
+    trial number; in modeled time, so the wall-clock estimate is divided by ``speedup``).
+
+    The optimistic figure is, in order of what is known:
+
+    * the upper 95% confidence bound, once the load generator has an interval;
+    * every stream finished a request: the running estimate x (1 + ``margin_before_ci``);
+      the steady rate may cover only the start of the second round (all streams back in
+      prefill: low) and completed tokens / elapsed sinks between completions, so the larger
+      of the two is taken;
+    * the first round unfinished (a server that serves one request at a time, or a slow
+      one): the ``streams - k`` requests still out have lasted ``elapsed_s``, so the
+      round's mean latency is at least ``(streams - k) / streams x elapsed_s``, and by
+      Little's law a closed loop of ``streams`` cannot give more than ``streams x
+      output_len`` tokens per mean latency; that bound x (1 + ``margin_before_ci``). A
+      one-at-a-time server is therefore cut after a few requests instead of after a whole
+      round of them (minutes on a GPU; BENCHMARKS.md, H200 section).
+    """
+    margin = settings.margin_before_ci
+    half = estimate.rel_half_width
+    rate = estimate.output_throughput
+    shown = rate / speedup
+    done = estimate.completed
+    elapsed = estimate.elapsed_s
+    if half is not None and math.isfinite(half):
+        basis = "upper 95% bound"
+    elif margin is None:
+        return None
+    elif done >= streams:
+        if elapsed > 0:
+            rate = max(rate, done * output_len / elapsed)
+        shown = rate / speedup
+        half, basis = margin, f"estimate + {margin:.0%} (no interval yet)"
+    elif elapsed > 0:
+        rate = max(rate, streams * streams * output_len / ((streams - done) * elapsed))
+        half = margin
+        basis = f"first round unfinished after {elapsed:.1f} s: latency bound + {margin:.0%}"
+    else:
+        return None
+    upper = rate / speedup * (1.0 + half)
+    if upper >= settings.abort_below * incumbent[0]:
+        return None
+    return (
+        f"{shown:,.1f} tok/s after {done} requests, {basis} {upper:,.1f} < "
+        f"{settings.abort_below:g} x incumbent #{incumbent[1]} ({incumbent[0]:,.1f} tok/s)"
+    )
 
 
 class Tuner:
@@ -1033,47 +1091,26 @@ class Tuner:
         raise ClaimedElsewhere(number, None)
 
     def _abort_rule(self) -> AbortRule | None:
-        """``abort_if`` for the load generator: the trial is clearly below the incumbent.
-
-        The load generator's estimate is wall-clock throughput of the servers it loads; the
-        incumbent is stored in modeled time (divided by ``sim_speedup``), so the estimate is
-        converted before they are compared.
-        """
+        """``abort_if`` for the load generator: the trial is clearly below the incumbent
+        (:func:`early_abort_reason`)."""
         settings = self.definition.early_abort
         incumbent = self._incumbent
-        if settings is None or incumbent is None:
+        if settings is None or incumbent is None or settings.abort_below * incumbent[0] <= 0:
             return None
-        threshold = settings.abort_below * incumbent[0]
+        load = self.definition.load
+        streams = load.concurrency  # the closed loop's workers
+        if load.requests is not None and load.target_rel_ci is None:
+            streams = min(streams, load.requests)
         speedup = self.deployment.sim_speedup
-        margin = settings.margin_before_ci
-        round_done = self.definition.load.concurrency  # every stream finished a request
-        output_len = self.definition.load.output_len
-        if threshold <= 0:
-            return None
 
         def abort_if(estimate: LiveEstimate) -> str | None:
-            half = estimate.rel_half_width
-            rate = estimate.output_throughput
-            if half is not None and math.isfinite(half):
-                basis = "upper 95% bound"
-            elif margin is not None and estimate.completed >= round_done:
-                # No interval yet. The load generator's steady rate may cover only the start
-                # of the second round (all streams back in prefill: low), and completed
-                # tokens / elapsed sinks between completions: each is low at some moment,
-                # the larger of the two is not far below the run's figure.
-                if estimate.elapsed_s > 0:
-                    rate = max(rate, estimate.completed * output_len / estimate.elapsed_s)
-                half, basis = margin, f"estimate + {margin:.0%} (no interval yet)"
-            else:
-                return None
-            throughput = rate / speedup
-            upper = throughput * (1.0 + half)
-            if upper >= threshold:
-                return None
-            return (
-                f"{throughput:,.1f} tok/s after {estimate.completed} requests, {basis} "
-                f"{upper:,.1f} < {settings.abort_below:g} x incumbent #{incumbent[1]} "
-                f"({incumbent[0]:,.1f} tok/s)"
+            return early_abort_reason(
+                estimate,
+                settings=settings,
+                incumbent=incumbent,
+                streams=streams,
+                output_len=load.output_len,
+                speedup=speedup,
             )
 
         return abort_if
