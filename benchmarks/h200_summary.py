@@ -15,7 +15,11 @@ from pathlib import Path
 
 import optuna
 
+from autotune.loadgen import LiveEstimate
+from autotune.loadgen.client import ESTIMATE_INTERVAL_S
 from autotune.results import best_estimate, config_estimates
+from autotune.study.definition import load_study_definition
+from autotune.study.runner import early_abort_reason
 
 HERE = Path(__file__).resolve().parent / "h200"
 HAND_PICKED_TOKS = 501.8
@@ -92,10 +96,63 @@ def check(study: optuna.Study) -> None:
     print()
 
 
+def replay_first_round_abort(study: optuna.Study) -> None:
+    """When today's abort rule would have stopped the one-request-at-a-time trials: each is
+    replayed as a server that finishes a request every 128 / (its measured tok/s) seconds,
+    checked every ESTIMATE_INTERVAL_S against the incumbent the trial really had (#2)."""
+    definition = load_study_definition(
+        Path(__file__).parents[1] / "studies" / f"{study.study_name}.yaml"
+    )
+    settings = definition.early_abort
+    assert settings is not None
+    load = definition.load
+    streams = min(load.concurrency, load.requests or load.concurrency)
+    best = best_estimate(study)
+    assert best is not None
+    incumbent = (float(study.trials[best.trial.number].values[0]), best.trial.number)
+    print("## first-round abort, replayed\n")
+    print("| trial | measured tok/s | measure phase then (s) | stops now after (s) |")
+    print("|---|---|---|---|")
+    saved = 0.0
+    for t in study.trials:
+        a = t.user_attrs
+        if t.number <= incumbent[1] or not t.values or t.params.get("continuous_batching"):
+            continue
+        if t.params.get("compile") or a.get("reused_from") is not None:
+            continue
+        rate = t.values[0]
+        per_request = load.output_len / rate
+        elapsed = 0.0
+        while True:
+            elapsed += ESTIMATE_INTERVAL_S
+            done = int(elapsed / per_request)
+            estimate = LiveEstimate(
+                elapsed_s=elapsed,
+                completed=done,
+                output_throughput=done * load.output_len / elapsed,
+                rel_half_width=None,
+            )
+            why = early_abort_reason(
+                estimate,
+                settings=settings,
+                incumbent=incumbent,
+                streams=streams,
+                output_len=load.output_len,
+            )
+            if why is not None:
+                break
+        then = a["phase_seconds"]["measure"]
+        saved += then - elapsed
+        print(f"| #{t.number} | {rate:.1f} | {then:.1f} | {elapsed:.2f} |")
+    print(f"\nmeasure time saved: {saved:.0f} s\n")
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tuning(_load("transformers-serve-h200"))
+    tuned = _load("transformers-serve-h200")
+    tuning(tuned)
+    replay_first_round_abort(tuned)
     check(_load("transformers-serve-h200-check"))
 
 
