@@ -25,6 +25,7 @@ from autotune.space.model import PARAM_TYPES, TARGET_KINDS, SpaceFile
 CORPUS = Corpus(sorted((REPO / "search_spaces").glob("*.yaml")), SpaceFile)
 CLOSED = {"type": PARAM_TYPES, "target": TARGET_KINDS}
 SIM = load_deployment(REPO / "launchers" / "sim-dsv4-flash-pd.yaml")
+TRANSFORMERS = load_deployment(REPO / "launchers" / "transformers-serve-local.yaml")
 VLLM = Deployment.model_validate(
     {
         "name": "vllm",
@@ -37,7 +38,9 @@ VLLM = Deployment.model_validate(
 def _exercise(space: SearchSpace, tmp: Path) -> None:
     """Use a loaded space the way a study does, up to the rendered command lines."""
     rng = random.Random(1)
-    deployment = SIM if set(space.services) <= set(SIM.services) else VLLM
+    deployment = next(
+        (d for d in (SIM, TRANSFORMERS) if set(space.services) <= set(d.services)), VLLM
+    )
     configs = [space.random_config(rng) for _ in range(3)]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     configs.append(space.complete(space.suggest(study.ask())))
