@@ -36,6 +36,10 @@ say() { printf '[%s] %s\n' "$(date -u +%T)" "$*"; }
 prepare() {
   local t0=$SECONDS
   if [ ! -f "$SITE/.installed" ]; then
+    if ! ls .whl/*.whl >/dev/null 2>&1; then
+      say "no wheels in .whl/: run scripts/h200/fetch-wheels.sh on the machine with network, and carry .whl"
+      return 1
+    fi
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" .whl/*.whl || return 1
     touch "$SITE/.installed"
