@@ -243,13 +243,15 @@ def early_abort_reason(
       the steady rate may cover only the start of the second round (all streams back in
       prefill: low) and completed tokens / elapsed sinks between completions, so the larger
       of the two is taken;
-    * the first round unfinished (a server that serves one request at a time, or a slow
-      one): the ``streams - k`` requests still out have lasted ``elapsed_s``, so the
-      round's mean latency is at least ``(streams - k) / streams x elapsed_s``, and by
-      Little's law a closed loop of ``streams`` cannot give more than ``streams x
-      output_len`` tokens per mean latency; that bound x (1 + ``margin_before_ci``). A
-      one-at-a-time server is therefore cut after a few requests instead of after a whole
-      round of them (minutes on a GPU; BENCHMARKS.md, H200 section).
+    * the first round unfinished but ``k >= 1`` of its requests done (a server that serves
+      one request at a time): the ``streams - k`` requests still out have lasted
+      ``elapsed_s``, so the round's mean latency is at least ``(streams - k) / streams x
+      elapsed_s``, and by Little's law a closed loop of ``streams`` cannot give more than
+      ``streams x output_len`` tokens per mean latency; that bound x (1 +
+      ``margin_before_ci``). A one-at-a-time server is therefore cut after a few requests
+      instead of after a whole round of them (minutes on a GPU; BENCHMARKS.md, H200
+      section). Never with nothing done: the trial's figure is its completed requests, and
+      a trial without any would be stored as a failure, not as a slow configuration.
     """
     margin = settings.margin_before_ci
     half = estimate.rel_half_width
@@ -266,7 +268,7 @@ def early_abort_reason(
             rate = max(rate, done * output_len / elapsed)
         shown = rate / speedup
         half, basis = margin, f"estimate + {margin:.0%} (no interval yet)"
-    elif elapsed > 0:
+    elif elapsed > 0 and done >= 1:
         rate = max(rate, streams * streams * output_len / ((streams - done) * elapsed))
         half = margin
         basis = f"first round unfinished after {elapsed:.1f} s: latency bound + {margin:.0%}"

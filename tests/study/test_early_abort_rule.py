@@ -57,6 +57,13 @@ def test_one_request_at_a_time_is_cut_after_a_few_requests() -> None:
     assert "501.6 < 0.8 x incumbent #2 (773.4 tok/s)" in got
 
 
+def test_nothing_done_is_never_cut() -> None:
+    # However slow: with no completed request the trial has no figure to store, and an
+    # aborted measure phase without one would be recorded as a failure (bench_failed).
+    for elapsed in (5.0, 30.0, 120.0):
+        assert reason(elapsed=elapsed, done=0, rate=0.0) is None, elapsed
+
+
 def test_a_fast_server_early_in_its_first_round_is_kept() -> None:
     # Nothing finished yet after 1-4 s is what a batched server at the incumbent's speed
     # looks like (its round takes about 2.6 s): never cut.
