@@ -308,42 +308,35 @@ class PostgresServer:
         name = name or f"t_{uuid.uuid4().hex[:16]}"
         if not _DB_NAME.match(name):
             raise ValueError(f"unsafe database name {name!r}")
-        conn = self.connect()
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            conn.close()
+        self._admin(f'CREATE DATABASE "{name}"')
         return name
 
     def drop_database(self, name: str) -> None:
         if not _DB_NAME.match(name):
             raise ValueError(f"unsafe database name {name!r}")
-        conn = self.connect()
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            conn.close()
+        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def terminate_connections(self, dbname: str | None = None) -> int:
         """``pg_terminate_backend`` every client session (of ``dbname``); returns how many."""
+        row = self._admin(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' "
+            "AND (%s IS NULL OR datname = %s)",
+            (dbname, dbname),
+        )
+        return int(row[0]) if row else 0
+
+    def _admin(self, sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...] | None:
+        """Run one statement outside a transaction (CREATE/DROP DATABASE need that); its
+        first row, if it returns any."""
         conn = self.connect()
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' "
-                    "AND (%s IS NULL OR datname = %s)",
-                    (dbname, dbname),
-                )
-                row = cur.fetchone()
+                cur.execute(sql, params or None)
+                return cur.fetchone() if cur.description is not None else None
         finally:
             conn.close()
-        return int(row[0]) if row else 0
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
