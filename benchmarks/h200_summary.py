@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.loadgen import LiveEstimate
+from autotune.loadgen import LiveEstimate, LoadSpec
 from autotune.loadgen.client import ESTIMATE_INTERVAL_S
 from autotune.results import best_estimate, config_estimates
 from autotune.study.definition import load_study_definition
@@ -106,7 +106,9 @@ def replay_first_round_abort(study: optuna.Study) -> None:
     settings = definition.early_abort
     assert settings is not None
     load = definition.load
-    streams = min(load.concurrency, load.requests or load.concurrency)
+    streams = LoadSpec(
+        concurrency=load.concurrency, requests=load.requests, target_rel_ci=load.target_rel_ci
+    ).streams
     best = best_estimate(study)
     assert best is not None
     incumbent = (float(study.trials[best.trial.number].values[0]), best.trial.number)

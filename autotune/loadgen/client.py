@@ -597,12 +597,11 @@ async def arun_load(
             on_record=on_record,
         )
         live = None if tracker is None else _Adaptive(spec, tracker, loop, abort_if)
-        workers = c if spec.requests is None or adaptive else min(c, spec.requests)
         cap = t0 + spec.max_duration_s
         by_deadline = limit.at is not None and limit.at < cap
         reason = "trial deadline reached" if by_deadline else "max_duration_s reached"
         await loop.run(
-            workers,
+            spec.streams,
             hard_deadline=limit.earliest(cap),
             cap_reason=reason,
             ticker=None if live is None else live.tick,

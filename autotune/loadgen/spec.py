@@ -86,6 +86,14 @@ class LoadSpec(BaseModel):
     """Seeds the random prompts: equal seeds send equal prompts."""
     slo: SLO = Field(default_factory=SLO)  # type: ignore[arg-type]
 
+    @property
+    def streams(self) -> int:
+        """Requests in flight during the measure phase (the closed loop's workers): the
+        concurrency, or fewer when a fixed count of requests is smaller."""
+        if self.requests is None or self.target_rel_ci is not None:
+            return self.concurrency
+        return min(self.concurrency, self.requests)
+
     @model_validator(mode="before")
     @classmethod
     def _duration_clears_requests(cls, data: Any) -> Any:

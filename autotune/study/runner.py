@@ -1099,10 +1099,7 @@ class Tuner:
         incumbent = self._incumbent
         if settings is None or incumbent is None or settings.abort_below * incumbent[0] <= 0:
             return None
-        load = self.definition.load
-        streams = load.concurrency  # the closed loop's workers
-        if load.requests is not None and load.target_rel_ci is None:
-            streams = min(streams, load.requests)
+        spec = self._load_spec()
         speedup = self.deployment.sim_speedup
 
         def abort_if(estimate: LiveEstimate) -> str | None:
@@ -1110,8 +1107,8 @@ class Tuner:
                 estimate,
                 settings=settings,
                 incumbent=incumbent,
-                streams=streams,
-                output_len=load.output_len,
+                streams=spec.streams,
+                output_len=spec.output_len,
                 speedup=speedup,
             )
 
