@@ -24,10 +24,12 @@ class ConfigError(AutotuneError):
         file: str | None = None,
         field: str | None = None,
         allowed: Sequence[object] | None = None,
+        closest: Sequence[object] | None = None,
     ) -> None:
         self.file = file
         self.field = field
         self.allowed = list(allowed) if allowed is not None else None
+        self.closest = list(closest) if closest else None
         parts = []
         if file:
             parts.append(str(file))
@@ -37,6 +39,8 @@ class ConfigError(AutotuneError):
         text = f"{head}: {message}" if head else message
         if self.allowed:
             text += f" (allowed: {', '.join(map(str, self.allowed))})"
+        if self.closest:
+            text += f" (closest: {', '.join(map(str, self.closest))})"
         super().__init__(text)
         self.message = message
 

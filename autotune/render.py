@@ -114,8 +114,12 @@ def apply_flags(argv: list[str], settings: ServiceSettings, *, service: str) -> 
         raise ConfigError(
             f"search space both sets and removes {', '.join(both)}", field=f"services.{service}"
         )
-    wanted: dict[str, str | None] = {
-        f: None if v is None else _value(v, what=f, service=service)
+    wanted: dict[str, list[str]] = {
+        f: []
+        if v is None
+        else [_value(x, what=f, service=service) for x in v]
+        if isinstance(v, tuple)
+        else [_value(v, what=f, service=service)]
         for f, v in settings.flags.items()
     }
     head, items = _parse(argv)
@@ -130,14 +134,12 @@ def apply_flags(argv: list[str], settings: ServiceSettings, *, service: str) -> 
         if item.flag in wanted:
             if item.flag in done:
                 continue
-            value = wanted[item.flag]
-            item.values = [] if value is None else [value]
-            item.eq = item.eq and value is not None
+            item.values = list(wanted[item.flag])
+            item.eq = item.eq and bool(item.values)
             done.add(item.flag)
         out.append(item)
     for flag in sorted(set(wanted) - done):
-        value = wanted[flag]
-        out.append(_Opt(flag, [] if value is None else [value]))
+        out.append(_Opt(flag, list(wanted[flag])))
     tokens = list(head)
     for item in out:
         tokens += [item] if isinstance(item, str) else item.tokens()

@@ -68,8 +68,11 @@ _LAST_WORDS = frozenset({"TOKEN", "KEY", "KEYS", "AUTH", "PRIVATE", "PASS", "PAT
 LLM serving a "token" is mostly text (``--bucket-inter-token-latency``, ``eos_token_id``)."""
 _LOCATION = frozenset({"FILE", "PATH", "DIR", "FILENAME", "KEYFILE", "SOCK"})
 """A last word naming where the secret is kept: ``key_file``, ``HF_TOKEN_PATH``."""
-_NOT_SECRET_NAMES = frozenset({"TIME_TO_FIRST_TOKEN", "BUCKET_TIME_TO_FIRST_TOKEN"})
-"""Names that end like a secret but are not (SGLang's latency histogram buckets)."""
+_NOT_SECRET_NAMES = frozenset(
+    {"TIME_TO_FIRST_TOKEN", "BUCKET_TIME_TO_FIRST_TOKEN", "ALLOW_CREDENTIALS", "NO_ALLOW_CREDENTIALS"}
+)
+"""Names that look like a secret but are not: SGLang's latency histogram buckets, vLLM's CORS
+switch (``--allow-credentials``)."""
 _NOT_SECRETS = frozenset({"none", "null", "nil", "true", "false", "undefined", "redacted", "***"})
 
 _SPLIT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -95,6 +98,8 @@ def looks_secret(name: str) -> bool:
     """
     words = [w.upper() for w in _SPLIT.findall(name)]
     if not words or words[-1] in _LOCATION or "_".join(words) in _NOT_SECRET_NAMES:
+        return False
+    if words[-2:] == ["PER", "TOKEN"]:  # a rate (--kt-max-deferred-experts-per-token)
         return False
     upper = name.upper()
     return any(m in upper for m in _STRONG) or words[-1] in _LAST_WORDS

@@ -37,7 +37,7 @@ class OptionInfo(_Frozen):
     takes_value: bool
     nargs: int | str | None = None
     type: str | None = None
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str | int | float | None, ...] | None = None
     default: Any = None
     required: bool = False
     deprecated: bool = False
@@ -50,6 +50,21 @@ class OptionInfo(_Frozen):
     def name(self) -> str:
         """The canonical (first) spelling."""
         return self.flags[0]
+
+    def allows(self, value: str) -> bool:
+        """Whether ``value`` (as typed on the command line) is one of the choices, converted
+        by the option's type first, as argparse does."""
+        if self.choices is None:
+            return True
+        converted: object = value
+        try:
+            if self.type == "int":
+                converted = int(value)
+            elif self.type == "float":
+                converted = float(value)
+        except ValueError:
+            return False
+        return converted in self.choices or value in {str(c) for c in self.choices}
 
     @property
     def multi_value(self) -> bool:

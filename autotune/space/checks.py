@@ -40,8 +40,8 @@ from autotune.space.model import (
     choice_key,
 )
 from autotune.space.params import DomainError, ParamInfo
-from autotune.space.sglang_flags import flag_problem
-from autotune.space.targets import owned_env, owned_flags
+from autotune.engines import BaseEngine, get_engine
+from autotune.space.targets import format_value, owned_env, owned_flags
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _ENV_RE = re.compile(ENV_PATTERN)
@@ -62,11 +62,20 @@ class _Checker:
         self.model = model
         self.file = file
         self.names = list(model.parameters)
+        try:
+            self.engine: BaseEngine = get_engine(model.engine.name, model.engine.version)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, file=file, field=exc.field, allowed=exc.allowed) from None
 
     def fail(
-        self, field: str, message: str, allowed: Sequence[object] | None = None
+        self,
+        field: str,
+        message: str,
+        allowed: Sequence[object] | None = None,
+        *,
+        closest: Sequence[object] | None = None,
     ) -> ConfigError:
-        return ConfigError(message, file=self.file, field=field, allowed=allowed)
+        return ConfigError(message, file=self.file, field=field, allowed=allowed, closest=closest)
 
     # ------------------------------------------------------------------ top level
 
@@ -229,15 +238,26 @@ class _Checker:
                         field, f"{constant!r} is not a value of '{name}'", allowed=exc.allowed
                     ) from None
 
-    def check_flag(self, flag: str, field: str) -> None:
-        problem = flag_problem(flag, allow_unknown=self.model.allow_unknown_flags)
-        if problem is not None:
-            message, suggestions = problem
-            raise self.fail(field, message, allowed=suggestions or None)
+    def check_flag(self, flag: str, field: str, *, values: Sequence[object] = ()) -> None:
+        """The flag exists in the engine's release, spelled in full, not deprecated, and
+        every value the space can give it is one the parser accepts."""
+        problem = self.engine.check_flag(flag)
+        if problem is not None and problem.severity == "error":
+            raise self.fail(field, problem.message, closest=problem.suggestions)
+        for value in values:
+            tokens = [format_value(v) for v in value] if isinstance(value, list) else [
+                format_value(value)
+            ]
+            bad = self.engine.check_values(flag, tokens)
+            if bad is not None:
+                raise self.fail(field, bad.message, allowed=bad.suggestions or None)
 
     def check_env(self, name: str, field: str) -> None:
         if not _ENV_RE.fullmatch(name):
             raise self.fail(field, f"'{name}' is not a valid environment variable name")
+        problem = self.engine.check_env(name)
+        if problem is not None:
+            raise self.fail(field, problem.message, closest=problem.suggestions)
 
     def check_target(self, info: ParamInfo, field: str) -> None:
         target = info.spec.target
@@ -246,7 +266,7 @@ class _Checker:
             if isinstance(target, EnvTarget):
                 self.check_env(target.env, f"{field}.env")
             else:
-                self.check_flag(target.flag, f"{field}.flag")
+                self.check_flag(target.flag, f"{field}.flag", values=_flag_values(info, target))
             if target.unset_value is not None:
                 if info.choices is None or kind == "bool":
                     raise self.fail(
@@ -287,8 +307,8 @@ class _Checker:
                 )
             for key, entry in target.map.items():
                 where = f"{field}.map.{key}"
-                for flag in entry.flags:
-                    self.check_flag(flag, f"{where}.flags.{flag}")
+                for flag, value in entry.flags.items():
+                    self.check_flag(flag, f"{where}.flags.{flag}", values=[value])
                 for attr in ("switches", "remove_flags"):
                     for i, flag in enumerate(getattr(entry, attr)):
                         self.check_flag(flag, f"{where}.{attr}[{i}]")
@@ -368,6 +388,15 @@ class _Checker:
             raise self.fail(f"{field}.reason", "must say why the combination is forbidden")
         when = self.compile_condition(rule.when, field=f"{field}.when")
         return Rule(name=rule.name, reason=rule.reason, when=when)
+
+
+def _flag_values(info: ParamInfo, target: FlagTarget) -> list[object]:
+    """The values a flag target can emit, when they are a closed set (choices, bools)."""
+    if info.kind == "bool":
+        return [target.true_value, target.false_value]
+    if info.choices is None:
+        return []
+    return [c for c in info.choices if target.unset_value is None or c != target.unset_value]
 
 
 def _path(refs: Mapping[str, set[str]], *, start: str, goal: str) -> list[str]:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from autotune.errors import ConfigError
 from autotune.space.checks import compile_space
+from autotune.engines import ENGINES
 from autotune.space.model import MODEL_FIELDS, PARAM_TYPES, TARGET_KINDS, SpaceFile
 from autotune.space.searchspace import SearchSpace
 from autotune.yamlio import (
@@ -77,6 +78,15 @@ def _parse_space(data: object, *, file: str) -> SearchSpace:
             f"expected a mapping with name, services, parameters, ... got {got}",
             file=file,
             allowed=list(MODEL_FIELDS["space"]),
+        )
+    if "allow_unknown_flags" in data:
+        raise ConfigError(
+            "allow_unknown_flags was replaced by the engine the space runs: "
+            "engine: {name: NAME, version: VERSION} checks flags against that release's real "
+            "parser; engine: {name: generic} checks only their shape",
+            file=file,
+            field="allow_unknown_flags",
+            allowed=sorted(ENGINES),
         )
     try:
         model = SpaceFile.model_validate(data)

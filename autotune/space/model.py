@@ -4,7 +4,7 @@ Format in brief (``search_spaces/dsv4-flash-rtx6000-pd.yaml`` is the worked exam
 
     name: my-space
     services: [prefill, decode]          # services this space may touch
-    allow_unknown_flags: false           # true: skip the SGLang flag list (vLLM, ...)
+    engine: {name: sglang, version: "0.5.23"}   # whose real parser checks the flags
     parameters:                          # declaration order matters
       p: {type: categorical, choices: [a, b], target: {env: X, unset_value: a}}
       n: {type: int, low: 1, high: 32, log: true, when: "p == 'b'", target: {flag: --n}}
@@ -49,7 +49,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from autotune.space.sglang_flags import FLAG_PATTERN
+from autotune.engines import FLAG_PATTERN, EngineRef
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """Parameter names are identifiers so that expressions can refer to them."""
@@ -190,9 +190,10 @@ class MapEntry(_Model):
     """What one choice sets. Whatever another choice of the same parameter sets and this one
     does not is removed (flags) or unset (environment)."""
 
-    flags: dict[str, Scalar] = Field(
+    flags: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict,
-        description="Flags with values: {--model-path: /models/x}.",
+        description="Flags with values: {--model-path: /models/x}; a list gives a flag that "
+        "takes several values (nargs '+'): {--cuda-graph-bs-decode: [1, 2, 4, 8]}.",
         json_schema_extra={"propertyNames": {"pattern": FLAG_PATTERN}},
     )
     switches: list[str] = Field(
@@ -378,9 +379,11 @@ class SpaceFile(_Model):
         description="Services this space may touch (names of the deployment's services).",
         json_schema_extra={"items": {"type": "string", "pattern": SERVICE_PATTERN}},
     )
-    allow_unknown_flags: bool = Field(
-        default=False,
-        description="Do not check flags against SGLang's flag list (vLLM and other servers).",
+    engine: EngineRef = Field(
+        default_factory=lambda: EngineRef(name="sglang"),
+        description="The engine the space's services run and the release whose real parser "
+        "(a manifest generated from it) checks every flag, value and variable; "
+        "name 'generic' checks only the flag shape. Default: sglang at its pinned release.",
     )
     parameters: dict[str, Param] = Field(
         min_length=1,

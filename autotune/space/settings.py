@@ -10,12 +10,13 @@ class ServiceSettings:
     """Settings for one service, produced by ``SearchSpace.settings_for``.
 
     ``flags`` maps a long flag (``--moe-runner-backend``) to its value, or to ``None`` for a
-    switch that is present without a value (``--disable-custom-all-reduce``). A flag in
+    switch that is present without a value (``--disable-custom-all-reduce``), or to a tuple for
+    a flag that takes several value tokens (``--cuda-graph-bs-decode 1 2 4 8``). A flag in
     ``remove_flags`` is removed from the deployment's base command (a switch turned off).
     ``env`` adds or overrides variables; ``unset_env`` removes them (``NCCL_PROTO`` unset).
     """
 
-    flags: dict[str, str | None] = field(default_factory=dict)
+    flags: dict[str, str | tuple[str, ...] | None] = field(default_factory=dict)
     remove_flags: set[str] = field(default_factory=set)
     env: dict[str, str] = field(default_factory=dict)
     unset_env: set[str] = field(default_factory=set)

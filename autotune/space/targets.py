@@ -69,7 +69,7 @@ def apply_inactive(target: AnyTarget, settings: ServiceSettings) -> None:
         settings.unset_env.add(name)
 
 
-def _set_flag(settings: ServiceSettings, flag: str, value: str | None) -> None:
+def _set_flag(settings: ServiceSettings, flag: str, value: str | tuple[str, ...] | None) -> None:
     settings.flags[flag] = value
     settings.remove_flags.discard(flag)
 
@@ -136,7 +136,10 @@ def apply_value(
         for name in sorted(owned_env(target) - env_set):
             _unset_env(settings, name)
         for flag, flag_value in entry.flags.items():
-            _set_flag(settings, flag, format_value(flag_value))
+            if isinstance(flag_value, list):
+                _set_flag(settings, flag, tuple(format_value(v) for v in flag_value))
+            else:
+                _set_flag(settings, flag, format_value(flag_value))
         for flag in entry.switches:
             _set_flag(settings, flag, None)
         for name, env_value in entry.env.items():

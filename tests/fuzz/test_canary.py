@@ -172,7 +172,7 @@ def test_space_values_and_deployment_values_reach_a_local_service_verbatim(
             {
                 "name": "canary",
                 "services": ["svc"],
-                "allow_unknown_flags": True,
+                "engine": {"name": "generic"},
                 "parameters": parameters,
             }
         )
@@ -525,7 +525,7 @@ def test_search_space_value_with_a_newline_is_refused_for_a_systemd_service(
             {
                 "name": "s",
                 "services": ["svc"],
-                "allow_unknown_flags": True,
+                "engine": {"name": "generic"},
                 "parameters": {
                     "p": {"type": "categorical", "choices": ["a\nb"], "target": {"env": "P"}}
                 },

@@ -299,22 +299,57 @@ CASES: list[tuple[str, Mutation, str | None, list[str], list[str]]] = [
         "flag abbreviation",
         _set("parameters.steps.target", {"flag": "--tp"}),
         "parameters.steps.target.flag",
-        ["'--tp' is an abbreviation"],
+        ["--tp is an abbreviation of --tp-size"],
         ["--tp-size"],
     ),
     (
-        "flag abbreviation of a longer flag",
+        "prefix of two flags",
         _set("parameters.steps.target", {"flag": "--speculative-num"}),
         "parameters.steps.target.flag",
-        ["abbreviation"],
+        ["ambiguous option --speculative-num"],
         ["--speculative-num-steps", "--speculative-num-draft-tokens"],
     ),
     (
         "unknown flag",
         _set("parameters.mem.target.flag", "--mem-fraction-statc"),
         "parameters.mem.target.flag",
-        ["unknown SGLang flag '--mem-fraction-statc'", "allow_unknown_flags"],
+        ["unknown option --mem-fraction-statc in sglang 0.5.23"],
         ["--mem-fraction-static"],
+    ),
+    (
+        "flag removed in 0.5.20, now an ambiguous prefix",
+        _set("parameters.mem.target.flag", "--cuda-graph-max-bs"),
+        "parameters.mem.target.flag",
+        ["ambiguous option --cuda-graph-max-bs in sglang 0.5.23"],
+        ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"],
+    ),
+    (
+        "variable the engine does not read",
+        _set("parameters.proto.target.env", "SGLANG_SM120_FLASHMLA_BACKEN"),
+        "parameters.proto.target.env",
+        ["SGLANG_SM120_FLASHMLA_BACKEN is not a variable sglang 0.5.23 reads"],
+        ["SGLANG_SM120_FLASHMLA_BACKEND"],
+    ),
+    (
+        "engine without a manifest of that version",
+        _set("engine", {"name": "sglang", "version": "0.4.0"}),
+        "engine.version",
+        ["no manifest for sglang 0.4.0"],
+        ["0.5.23"],
+    ),
+    (
+        "unknown engine",
+        _set("engine", {"name": "tgi"}),
+        "engine.name",
+        ["unknown engine 'tgi'"],
+        ["sglang", "vllm", "generic"],
+    ),
+    (
+        "allow_unknown_flags is gone",
+        _set("allow_unknown_flags", True),
+        "allow_unknown_flags",
+        ["engine: {name: generic}"],
+        ["generic"],
     ),
     (
         "short flag",
@@ -529,9 +564,10 @@ def test_invalid_file(
     for part in contains:
         assert part in text, text
     if allowed:
-        assert error.allowed is not None, text
-        assert set(allowed) <= {str(a) for a in error.allowed}, text
-        assert "allowed: " in text
+        offered = (error.allowed or []) + (error.closest or [])
+        assert offered, text
+        assert set(allowed) <= {str(a) for a in offered}, text
+        assert "allowed: " in text or "closest: " in text
     assert "pydantic" not in text and "Traceback" not in text and "errors.pydantic" not in text
 
 
@@ -540,10 +576,10 @@ def test_valid_small_space_loads(tmp_path: Path) -> None:
     assert space.baseline_config()["draft"] == 4
 
 
-def test_allow_unknown_flags(tmp_path: Path) -> None:
+def test_generic_engine_checks_only_the_shape(tmp_path: Path) -> None:
     data = small()
     data["parameters"]["mem"]["target"]["flag"] = "--gpu-memory-utilization"
-    data["allow_unknown_flags"] = True
+    data["engine"] = {"name": "generic"}
     assert load_space(write(tmp_path / "v.yaml", data)).settings_for(
         "prefill", {"proto": "LL", "chan": False, "mem": 0.9, "spec": "off"}
     ).flags == {"--gpu-memory-utilization": "0.9"}

