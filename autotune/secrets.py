@@ -69,7 +69,12 @@ LLM serving a "token" is mostly text (``--bucket-inter-token-latency``, ``eos_to
 _LOCATION = frozenset({"FILE", "PATH", "DIR", "FILENAME", "KEYFILE", "SOCK"})
 """A last word naming where the secret is kept: ``key_file``, ``HF_TOKEN_PATH``."""
 _NOT_SECRET_NAMES = frozenset(
-    {"TIME_TO_FIRST_TOKEN", "BUCKET_TIME_TO_FIRST_TOKEN", "ALLOW_CREDENTIALS", "NO_ALLOW_CREDENTIALS"}
+    {
+        "TIME_TO_FIRST_TOKEN",
+        "BUCKET_TIME_TO_FIRST_TOKEN",
+        "ALLOW_CREDENTIALS",
+        "NO_ALLOW_CREDENTIALS",
+    }
 )
 """Names that look like a secret but are not: SGLang's latency histogram buckets, vLLM's CORS
 switch (``--allow-credentials``)."""

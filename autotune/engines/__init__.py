@@ -8,6 +8,9 @@ there says what to install).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.engines._base import (
@@ -34,7 +37,13 @@ from autotune.errors import ConfigError
 
 ENGINES: dict[str, type[BaseEngine]] = {
     cls.name: cls
-    for cls in (SGLangEngine, SGLangRouterEngine, VLLMEngine, TransformersServeEngine, GenericEngine)
+    for cls in (
+        SGLangEngine,
+        SGLangRouterEngine,
+        VLLMEngine,
+        TransformersServeEngine,
+        GenericEngine,
+    )
 }
 """Every engine by registry name."""
 
@@ -63,6 +72,22 @@ def get_engine(name: str, version: str | None = None) -> BaseEngine:
     return engine
 
 
+def engine_for_command(argv: Sequence[str]) -> BaseEngine | None:
+    """The engine a command runs, told by its program part (what precedes the first
+    ``--flag``: ``python -m sglang.launch_server``, ``vllm serve``); ``None`` when unknown."""
+    head: list[str] = []
+    for token in argv:
+        if token.startswith("--"):
+            break
+        head.append(token.rsplit("/", 1)[-1])
+    program = " ".join(head)
+    for cls in ENGINES.values():
+        for marker in cls.programs:
+            if re.search(rf"(^|[\s/]){re.escape(marker)}($|\s)", program):
+                return cls()
+    return None
+
+
 def all_failure_patterns() -> tuple[FailurePattern, ...]:
     """Every engine's log patterns (a launcher classifying a log need not know the engine)."""
     return tuple(p for cls in ENGINES.values() for p in cls.failure_patterns)
@@ -86,6 +111,7 @@ __all__ = [
     "TransformersServeEngine",
     "VLLMEngine",
     "all_failure_patterns",
+    "engine_for_command",
     "available_manifests",
     "get_engine",
     "load_manifest",

@@ -109,6 +109,10 @@ class BaseEngine(abc.ABC):
     name: ClassVar[str]
     """Registry name, as a space's ``engine: {name: ...}`` spells it."""
     default_version: ClassVar[str | None] = None
+    programs: ClassVar[tuple[str, ...]] = ()
+    """How a command that runs this engine starts (``sglang.launch_server`` after ``-m``,
+    ``vllm serve``): what tells a deployment's service which engine it is. The simulated
+    SGLang server counts as SGLang: it takes SGLang's options."""
     env_prefixes: ClassVar[tuple[str, ...]] = ()
     """Variables with these prefixes are checked against the manifest's variable registry."""
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = ()
@@ -174,7 +178,9 @@ class BaseEngine(abc.ABC):
                 f"ambiguous option {flag} in {where}: could match {', '.join(found.candidates)}",
                 found.candidates,
             )
-        return CommandProblem("unknown", flag, f"unknown option {flag} in {where}", found.candidates)
+        return CommandProblem(
+            "unknown", flag, f"unknown option {flag} in {where}", found.candidates
+        )
 
     def check_values(self, flag: str, values: Sequence[str]) -> CommandProblem | None:
         """Why ``values`` after the exact option ``flag`` would be refused, or ``None``."""
@@ -201,8 +207,22 @@ class BaseEngine(abc.ABC):
     def check_command(self, argv: Sequence[str]) -> list[CommandProblem]:
         """Every problem of a rendered command (program first; options from the first
         ``--flag``), read with the parser's rules: ``--x=v``, prefixes, nargs, choices."""
-        start = next((i for i, t in enumerate(argv) if t.startswith("--")), len(argv))
-        return self.check_options(argv[start:])
+        return self.check_options(argv[self.options_start(argv) :])
+
+    def options_start(self, argv: Sequence[str]) -> int:
+        """Where the engine's own options begin: the first ``--flag`` after the program
+        (``numactl --membind=1 python -m sglang.launch_server --tp-size 4``: ``--tp-size``)."""
+        names = [t.rsplit("/", 1)[-1] for t in argv]
+        after = 0
+        for marker in self.programs:
+            words = marker.split()
+            for i in range(len(names) - len(words) + 1):
+                if names[i : i + len(words)] == words:
+                    after = i + len(words)
+                    break
+            if after:
+                break
+        return next((i for i in range(after, len(argv)) if argv[i].startswith("--")), len(argv))
 
     def check_options(self, options: Sequence[str]) -> list[CommandProblem]:
         problems: list[CommandProblem] = []
@@ -252,6 +272,19 @@ class BaseEngine(abc.ABC):
         value = payload.get("version")
         return str(value) if value is not None else None
 
+    def version_mismatch(self, service: str, payload: Mapping[str, Any]) -> str | None:
+        """A warning naming both versions when a running server is not the release whose
+        options the space was checked against (``None`` when they agree or it does not say)."""
+        running = self.version_from(payload)
+        if running is None or self.version is None or running == self.version:
+            return None
+        return (
+            f"{service} runs {self.name} {running}, but the space's options were checked "
+            f"against {self.name} {self.version}: regenerate the manifest "
+            f"(scripts/engines/manifest.py generate {self.name} {running}) and set "
+            f'engine: {{name: {self.name}, version: "{running}"}}'
+        )
+
     def flags_from_server_info(self, info: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved fields of ``/server_info`` keyed by the flag that sets each one."""
         manifest = self.manifest
@@ -276,7 +309,7 @@ def _take_values(tokens: Sequence[str], i: int, option: OptionInfo) -> list[str]
     if isinstance(option.nargs, int):
         return [t for t in rest[: option.nargs] if is_value(t)]
     if option.nargs in (None, "?"):
-        return rest[:1] if rest and is_value(rest[0]) else []
+        return list(rest[:1]) if rest and is_value(rest[0]) else []
     out = []
     for t in rest:
         if not is_value(t):
@@ -319,6 +352,8 @@ def _value_problem(
                 int(value) if option.type == "int" else float(value)
             except ValueError:
                 return CommandProblem(
-                    "invalid_value", flag, f"{flag}: invalid {option.type} value {value!r} in {where}"
+                    "invalid_value",
+                    flag,
+                    f"{flag}: invalid {option.type} value {value!r} in {where}",
                 )
     return None

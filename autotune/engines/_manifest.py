@@ -183,7 +183,7 @@ def _version_key(version: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in version.replace("-", ".").split("."))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_manifest(engine: str, version: str) -> Manifest:
     """The committed manifest of ``engine`` at ``version``; a :class:`ConfigError` naming the
     versions that exist when there is none."""
@@ -212,7 +212,7 @@ def option_values(argv: Sequence[str], start: int, option: OptionInfo) -> list[s
         return []
     if isinstance(option.nargs, int):
         return list(argv[start + 1 : start + 1 + option.nargs])
-    if option.nargs in (None, "?") :
+    if option.nargs in (None, "?"):
         nxt = argv[start + 1] if start + 1 < len(argv) else None
         if nxt is None or (nxt.startswith("--") and option.nargs == "?"):
             return []

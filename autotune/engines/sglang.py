@@ -11,10 +11,17 @@ from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, Re
 class SGLangEngine(BaseEngine):
     name: ClassVar[str] = "sglang"
     default_version: ClassVar[str | None] = "0.5.23"
+    programs: ClassVar[tuple[str, ...]] = (
+        "sglang.launch_server",
+        "sglang serve",
+        "autotune.sim.server",
+    )
     env_prefixes: ClassVar[tuple[str, ...]] = ("SGLANG_",)
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
         # srt/model_executor/model_runner*.py: the KV pool does not fit after the weights.
-        FailurePattern(90, "cuda_oom", r"Not enough memory\. Please try to increase --mem-fraction"),
+        FailurePattern(
+            90, "cuda_oom", r"Not enough memory\. Please try to increase --mem-fraction"
+        ),
         # srt/entrypoints/http_server.py: the scheduler died during start-up.
         FailurePattern(40, "exited", r"Initialization failed\. (warmup|scheduler)"),
     )

@@ -15,9 +15,12 @@ from autotune.engines._base import BaseEngine, FailurePattern
 class SGLangRouterEngine(BaseEngine):
     name: ClassVar[str] = "sglang-router"
     default_version: ClassVar[str | None] = "0.3.2"
+    programs: ClassVar[tuple[str, ...]] = ("sglang_router.launch_router",)
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
         # src/observability/metrics.rs: its Prometheus exporter's port is taken.
         FailurePattern(
-            76, "port_in_use", r"failed to install Prometheus metrics exporter.*Address already in use"
+            76,
+            "port_in_use",
+            r"failed to install Prometheus metrics exporter.*Address already in use",
         ),
     )

@@ -15,6 +15,7 @@ from autotune.engines._base import BaseEngine, FailurePattern, RequestQuirks
 class TransformersServeEngine(BaseEngine):
     name: ClassVar[str] = "transformers-serve"
     default_version: ClassVar[str | None] = "5.17.0"
+    programs: ClassVar[tuple[str, ...]] = ("transformers serve",)
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
         # continuous batching sizes its paged KV cache on the first request:
         # "MemoryError: Memory footprint 1.2e+11 is more than available memory 9.8e+10".

@@ -12,6 +12,7 @@ from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, Re
 class VLLMEngine(BaseEngine):
     name: ClassVar[str] = "vllm"
     default_version: ClassVar[str | None] = "0.32.0"
+    programs: ClassVar[tuple[str, ...]] = ("vllm serve", "vllm.entrypoints.openai.api_server")
     env_prefixes: ClassVar[tuple[str, ...]] = ("VLLM_",)
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
         # vllm/v1/core/kv_cache_utils.py: the KV cache is smaller than one max-length request.

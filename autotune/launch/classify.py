@@ -11,6 +11,8 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
+from autotune.engines import all_failure_patterns
+
 
 class FailureClass(str, Enum):
     """Failure classes stored with a trial (``trial.user_attrs["failure"]``)."""
@@ -45,7 +47,9 @@ class Classification(NamedTuple):
     line: str
 
 
-# (priority, class, pattern). The highest priority match anywhere in the text wins: an OOM
+# (priority, class, pattern): generic ones (PyTorch, NCCL, CUDA, Hugging Face, argparse,
+# uvicorn) here, each engine's own in its module (autotune/engines/), all in one table. The
+# highest priority match anywhere in the text wins: an OOM
 # reported through NCCL ("Cuda failure 'out of memory'") is an OOM, not an NCCL problem; a
 # generic "ValueError:" only counts when nothing more specific is there.
 _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
@@ -55,10 +59,6 @@ _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
         (95, FailureClass.cuda_oom, r"CUDA out of memory"),
         (95, FailureClass.cuda_oom, r"CUDA error: out of memory"),
         (95, FailureClass.cuda_oom, r"Cuda failure '?out of memory"),
-        (90, FailureClass.cuda_oom, r"Not enough memory\. Please try to increase --mem-fraction"),
-        # transformers' continuous batching sizes its paged KV cache on the first request:
-        # "MemoryError: Memory footprint 1.2e+11 is more than available memory 9.8e+10".
-        (90, FailureClass.cuda_oom, r"MemoryError: Memory footprint .* more than available"),
         (85, FailureClass.nccl_error, r"Watchdog caught collective operation timeout"),
         (85, FailureClass.nccl_error, r"NCCL WARN .*time(d)?[ -]?out"),
         (80, FailureClass.nccl_error, r"NCCL error"),
@@ -75,14 +75,15 @@ _PATTERNS: tuple[tuple[int, FailureClass, re.Pattern[str]], ...] = tuple(
         (60, FailureClass.config_rejected, r"error: unrecognized arguments"),
         (60, FailureClass.config_rejected, r"error: argument --?[\w-]+"),
         (60, FailureClass.config_rejected, r"ValueError: .*(is )?not supported"),
-        # transformers' continuous batching with a KV cache smaller than one request.
-        (60, FailureClass.config_rejected, r"No requests can be scheduled and no requests can"),
         (55, FailureClass.cuda_error, r"CUDA driver version is insufficient"),
         (55, FailureClass.cuda_error, r"RuntimeError: CUDA error:"),
         (55, FailureClass.cuda_error, r"No CUDA GPUs are available"),
         (55, FailureClass.cuda_error, r"CUDA error: (an illegal memory access|device-side assert)"),
         (10, FailureClass.config_rejected, r"^\s*(\w+\.)*ValueError: "),
     )
+) + tuple(
+    (p.priority, FailureClass(p.failure), re.compile(p.pattern, re.IGNORECASE))
+    for p in all_failure_patterns()
 )
 
 #: Classes worth failing on while the process is still alive: after these, SGLang's main

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from autotune.engines import BaseEngine, get_engine
 from autotune.errors import ConfigError
 from autotune.space.expr import (
     RESERVED_NAMES,
@@ -40,7 +41,6 @@ from autotune.space.model import (
     choice_key,
 )
 from autotune.space.params import DomainError, ParamInfo
-from autotune.engines import BaseEngine, get_engine
 from autotune.space.targets import format_value, owned_env, owned_flags
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -65,7 +65,9 @@ class _Checker:
         try:
             self.engine: BaseEngine = get_engine(model.engine.name, model.engine.version)
         except ConfigError as exc:
-            raise ConfigError(exc.message, file=file, field=exc.field, allowed=exc.allowed) from None
+            raise ConfigError(
+                exc.message, file=file, field=exc.field, allowed=exc.allowed
+            ) from None
 
     def fail(
         self,

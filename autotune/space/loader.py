@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from autotune.engines import ENGINES
 from autotune.errors import ConfigError
 from autotune.space.checks import compile_space
-from autotune.engines import ENGINES
 from autotune.space.model import MODEL_FIELDS, PARAM_TYPES, TARGET_KINDS, SpaceFile
 from autotune.space.searchspace import SearchSpace
 from autotune.yamlio import (

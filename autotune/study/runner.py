@@ -42,6 +42,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.deployment import Deployment, load_deployment
+from autotune.engines import get_engine
 from autotune.errors import (
     AutotuneError,
     BenchError,
@@ -304,6 +305,8 @@ class Tuner:
         self.study_name = check_study_name(study_name)
         self.storage_url = storage_url
         self.space: SearchSpace = load_space(definition.resolve(definition.space))
+        self.engine = get_engine(self.space.model.engine.name, self.space.model.engine.version)
+        self._version_warnings: set[str] = set()
         self.deployment: Deployment = load_deployment(
             deployment if deployment is not None else definition.resolve(definition.deployment)
         )
@@ -384,9 +387,14 @@ class Tuner:
             max_duration_s=load.max_duration_s,
             request_timeout_s=load.request_timeout_s,
             api=load.api,
-            prompt=load.prompt,
-            ignore_eos=load.ignore_eos,
-            require_done=load.require_done,
+            # what the study file leaves unsaid, the engine's request quirks decide
+            prompt=load.prompt if "prompt" in load.model_fields_set else self.engine.quirks.prompt,
+            ignore_eos=load.ignore_eos
+            if "ignore_eos" in load.model_fields_set
+            else self.engine.quirks.ignore_eos,
+            require_done=load.require_done
+            if "require_done" in load.model_fields_set
+            else self.engine.quirks.require_done,
             model=self.deployment.model,
             slo=SLO(
                 ttft_ms=_on_wall_clock(slo.ttft_p99_ms, speedup),
@@ -394,6 +402,25 @@ class Tuner:
                 e2e_ms=_on_wall_clock(slo.e2e_p99_ms, speedup),
             ),
         )
+
+    def _check_engine_version(
+        self, effective: Mapping[str, Mapping[str, Any]], attrs: dict[str, Any]
+    ) -> None:
+        """Store the engine version each server reports; warn once when it is not the one
+        the space names (its options were checked against another release)."""
+        versions: dict[str, str] = {}
+        for service, info in effective.items():
+            if service not in self.space.services or not info:
+                continue
+            version = self.engine.version_from(info)
+            if version is not None:
+                versions[service] = version
+            warning = self.engine.version_mismatch(service, info)
+            if warning is not None and warning not in self._version_warnings:
+                self._version_warnings.add(warning)
+                self.progress.message(f"warning: {warning}")
+        if versions:
+            attrs["engine_version"] = versions
 
     def _recover_stale(self) -> None:
         """Trials left RUNNING by a tuner that died or could not write are settled.
@@ -992,6 +1019,7 @@ class Tuner:
 
         effective = applied.info
         attrs["effective"] = effective
+        self._check_engine_version(effective, attrs)
         attrs["overrides"] = find_overrides(
             {
                 name: self.space.settings_for(name, config)
