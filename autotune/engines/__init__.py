@@ -8,7 +8,6 @@ there says what to install).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,18 +72,11 @@ def get_engine(name: str, version: str | None = None) -> BaseEngine:
 
 
 def engine_for_command(argv: Sequence[str]) -> BaseEngine | None:
-    """The engine a command runs, told by its program part (what precedes the first
-    ``--flag``: ``python -m sglang.launch_server``, ``vllm serve``); ``None`` when unknown."""
-    head: list[str] = []
-    for token in argv:
-        if token.startswith("--"):
-            break
-        head.append(token.rsplit("/", 1)[-1])
-    program = " ".join(head)
+    """The engine a command runs, told by its program (``python -m sglang.launch_server``,
+    ``vllm serve``, after any wrapper such as ``numactl``); ``None`` when unknown."""
     for cls in ENGINES.values():
-        for marker in cls.programs:
-            if re.search(rf"(^|[\s/]){re.escape(marker)}($|\s)", program):
-                return cls()
+        if cls.program_end(argv) is not None:
+            return cls()
     return None
 
 

@@ -212,17 +212,20 @@ class BaseEngine(abc.ABC):
     def options_start(self, argv: Sequence[str]) -> int:
         """Where the engine's own options begin: the first ``--flag`` after the program
         (``numactl --membind=1 python -m sglang.launch_server --tp-size 4``: ``--tp-size``)."""
+        after = self.program_end(argv) or 0
+        return next((i for i in range(after, len(argv)) if argv[i].startswith("--")), len(argv))
+
+    @classmethod
+    def program_end(cls, argv: Sequence[str]) -> int | None:
+        """The index just past this engine's program in ``argv``; ``None`` when ``argv``
+        does not run it."""
         names = [t.rsplit("/", 1)[-1] for t in argv]
-        after = 0
-        for marker in self.programs:
+        for marker in cls.programs:
             words = marker.split()
             for i in range(len(names) - len(words) + 1):
                 if names[i : i + len(words)] == words:
-                    after = i + len(words)
-                    break
-            if after:
-                break
-        return next((i for i in range(after, len(argv)) if argv[i].startswith("--")), len(argv))
+                    return i + len(words)
+        return None
 
     def check_options(self, options: Sequence[str]) -> list[CommandProblem]:
         problems: list[CommandProblem] = []
