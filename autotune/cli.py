@@ -792,7 +792,9 @@ def space_render(
         None, "--deployment", help="Deployment to render on (default: the study's)."
     ),
     config: str | None = typer.Option(
-        None, "--config", help="A configuration as JSON ({\"param\": value, ...})."
+        None,
+        "--config",
+        help="Parameter values as JSON ({\"param\": value, ...}), over the baseline's.",
     ),
     trial: int | None = typer.Option(None, "--trial", help="A stored trial's configuration."),
     sample: int | None = typer.Option(None, "--sample", min=1, help="Sampled configurations."),
@@ -833,7 +835,15 @@ def space_render(
             raise ConfigError(f"not JSON: {exc}", field="--config") from None
         if not isinstance(values, dict):
             raise ConfigError("must be a JSON object of parameter values", field="--config")
-        full = space.complete(values)
+        base = space.baseline_params() if space.has_baseline else {}
+        unknown = sorted(set(values) - {p.name for p in space.params})
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter {unknown[0]!r}",
+                field="--config",
+                allowed=[p.name for p in space.sampled_params],
+            )
+        full = space.complete({**base, **values})
         hits = space.violations(full)
         if hits:
             raise ConfigError(f"the configuration hits forbidden rule {hits[0]}", field="--config")
