@@ -20,3 +20,31 @@ if ((${#need[@]})); then
     echo "warning: missing ${need[*]} (not root or no apt-get); the tests that need them will skip" >&2
   fi
 fi
+
+# The engines' own environments (tests/engines parse rendered commands with SGLang's and
+# sglang-router's real parsers): scripts/engines/manifest.py install builds each one once
+# (about a minute) and returns at once when its stamp matches the recipe. The same lock as
+# tests/engines/conftest.py, which builds them too when they are missing. A failed build
+# (no registry) is not fatal here: tests/engines retries and skips, or fails under
+# AUTOTUNE_REQUIRE_ENGINES=1.
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+[ -x "$py" ] || py=python3
+mkdir -p .venv-engines
+for pin in "sglang 0.5.23" "sglang-router 0.3.2"; do
+  read -r engine version <<<"$pin"
+  dir=".venv-engines/$engine-$version"
+  if [ -f "$dir/.autotune-engine" ]; then
+    echo "engine environment $engine $version: checking $dir"
+  else
+    echo "engine environment $engine $version: building $dir (about a minute)"
+  fi
+  start=$SECONDS
+  lock=()
+  command -v flock >/dev/null 2>&1 && lock=(flock "$dir.lock")
+  if ${lock[@]+"${lock[@]}"} "$py" scripts/engines/manifest.py install "$engine" "$version" --venv "$dir" >/dev/null; then
+    echo "engine environment $engine $version: ready ($((SECONDS - start)) s)"
+  else
+    echo "warning: could not build $dir; tests/engines will try again" >&2
+  fi
+done

@@ -23,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import re
 import sys
 import types
 from typing import Any, Callable
@@ -239,7 +240,17 @@ def _json_value(value: Any) -> Any:
         return {str(k): _json_value(v) for k, v in value.items()}
     if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int, float)):
         return value.value  # an Enum member
-    return repr(value)
+    if callable(value):  # a default computed at parse time: its name, never its address
+        return f"<callable {getattr(value, '__qualname__', type(value).__name__)}>"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+def _choices(choices: Any) -> list[Any] | None:
+    """Sorted, so that a parser that builds its choices from a set dumps the same file on
+    every run (argparse itself only tests membership)."""
+    if choices is None:
+        return None
+    return sorted((_json_value(c) for c in choices), key=lambda c: (str(type(c)), str(c)))
 
 
 _ACTIONS = {
@@ -291,9 +302,7 @@ def _argparse_options(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
             "takes_value": action.nargs != 0,
             "nargs": action.nargs if action.nargs != 0 else 0,
             "type": _type_name(action),
-            "choices": None if action.choices is None else _json_value(list(action.choices))
-            if not isinstance(action.choices, (set, frozenset))
-            else sorted(str(c) for c in action.choices),
+            "choices": _choices(action.choices),
             "default": None if action.default is argparse.SUPPRESS else _json_value(action.default),
             "required": bool(action.required),
             "deprecated": deprecated,
@@ -330,7 +339,7 @@ def _click_options(command: Any) -> list[dict[str, Any]]:
                 "takes_value": not param.is_flag,
                 "nargs": 0 if param.is_flag else param.nargs,
                 "type": None if param.is_flag else param.type.name,
-                "choices": None if choices is None else [str(c) for c in choices],
+                "choices": _choices(choices),
                 "default": None if callable(default) else _json_value(default),
                 "required": bool(param.required),
                 "deprecated": bool(getattr(param, "deprecated", False)),

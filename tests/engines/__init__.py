@@ -1,0 +1,1 @@
+"""Rendered commands and committed manifests checked against the engines' real parsers."""
