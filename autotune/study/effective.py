@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.engines import Manifest
 from autotune.space.settings import ServiceSettings
 
 
@@ -30,13 +31,17 @@ def _normalize(value: Any) -> Any:
 
 
 def find_overrides(
-    settings: Mapping[str, ServiceSettings], effective: Mapping[str, Mapping[str, Any]]
+    settings: Mapping[str, ServiceSettings],
+    effective: Mapping[str, Mapping[str, Any]],
+    *,
+    manifest: Manifest | None = None,
 ) -> list[str]:
     """Tuned flags whose resolved value differs from what was asked, one line each.
 
-    A flag ``--mem-fraction-static`` is looked up as ``mem_fraction_static``; a switch asks
-    for ``True`` when present and ``False`` when removed. Flags the server does not report
-    are not judged.
+    A flag is looked up under the field its option stores into (the engine's manifest:
+    ``--tp`` and ``--tensor-parallel-size`` are both ``tp_size``), else under its own name
+    (``--mem-fraction-static`` as ``mem_fraction_static``); a switch asks for ``True`` when
+    present and ``False`` when removed. Flags the server does not report are not judged.
     """
     overrides: list[str] = []
     for service, tuned in settings.items():
@@ -45,11 +50,14 @@ def find_overrides(
             continue
         wanted: dict[str, Any] = {}
         for flag, value in tuned.flags.items():
-            wanted[flag] = True if value is None else value
+            wanted[flag] = (
+                True if value is None else " ".join(value) if isinstance(value, tuple) else value
+            )
         for flag in tuned.remove_flags:
             wanted[flag] = False
         for flag, value in sorted(wanted.items()):
-            key = flag.lstrip("-").replace("-", "_")
+            option = manifest.option(flag) if manifest is not None else None
+            key = option.dest if option is not None else flag.lstrip("-").replace("-", "_")
             if key not in resolved:
                 continue
             if value is False and not isinstance(resolved[key], bool):

@@ -1027,6 +1027,7 @@ class Tuner:
                 if name in self.space.services
             },
             effective,
+            manifest=self.engine.manifest,
         )
 
         endpoint = self.deployment.endpoint_url(specs)
