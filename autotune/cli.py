@@ -695,16 +695,23 @@ def _check_url(url: str) -> None:
         raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)
 
 
-def _space_deployments(
-    path: Path, deployments: list[Path] | None
-) -> dict[str, Any]:
-    """Deployment file -> Deployment: the given ones, else those of every study under
-    ``studies/`` whose space is ``path``."""
+def _space_deployments(path: Path, deployments: list[Path] | None) -> dict[str, Any]:
+    """Deployment file -> Deployment: the given ones; else those of every study under
+    ``studies/`` whose space is ``path``, and every deployment under ``launchers/`` that has
+    the space's services and runs them with the space's engine."""
     from autotune.deployment import load_deployment
+    from autotune.engines import engine_for_command
+    from autotune.space import load_space
     from autotune.study.definition import load_study_definition
 
     if deployments:
         return {str(d): load_deployment(d) for d in deployments}
+    here = Path.cwd()
+
+    def shown(file: Path) -> str:
+        file = file.resolve()
+        return str(file.relative_to(here)) if file.is_relative_to(here) else str(file)
+
     found: dict[str, Any] = {}
     target = path.resolve()
     for study_file in sorted(Path("studies").glob("*.yaml")):
@@ -714,9 +721,20 @@ def _space_deployments(
             continue
         if definition.resolve(definition.space) == target:
             file = definition.resolve(definition.deployment)
-            here = Path.cwd()
-            shown = str(file.relative_to(here)) if file.is_relative_to(here) else str(file)
-            found.setdefault(shown, load_deployment(file))
+            found.setdefault(shown(file), load_deployment(file))
+    space = load_space(path)
+    engine = space.model.engine.name
+    for file in sorted(Path("launchers").glob("*.yaml")):
+        try:
+            candidate = load_deployment(file)
+        except AutotuneError:
+            continue
+        services = candidate.services
+        if not set(space.services) <= set(services):
+            continue
+        runs = [engine_for_command(services[name].command) for name in space.services]
+        if all(r is not None and r.name == engine for r in runs):
+            found.setdefault(shown(file), candidate)
     return found
 
 
