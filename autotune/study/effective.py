@@ -16,6 +16,8 @@ from autotune.space.settings import ServiceSettings
 
 
 def _normalize(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):  # several values (--cuda-graph-bs-decode 1 2 4)
+        return tuple(_normalize(v) for v in value)
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, (int, float)):
@@ -50,9 +52,7 @@ def find_overrides(
             continue
         wanted: dict[str, Any] = {}
         for flag, value in tuned.flags.items():
-            wanted[flag] = (
-                True if value is None else " ".join(value) if isinstance(value, tuple) else value
-            )
+            wanted[flag] = True if value is None else value
         for flag in tuned.remove_flags:
             wanted[flag] = False
         for flag, value in sorted(wanted.items()):
