@@ -58,19 +58,20 @@ ABORT_FACTOR = 0.9
 
 
 def configs() -> dict[str, dict[str, object]]:
-    """fast = the model's optimum; mid and slow = it with MXFP4/Marlin, or fewer KV splits."""
+    """fast = the model's optimum; mid and slow = it with MXFP4/Marlin, or the Triton
+    sparse-MLA kernel."""
     opt = dict(pm.true_optimum(concurrency=C, input_len=INPUT_LEN, output_len=OUTPUT_LEN).levers)
     fast_nospec = {
         **opt,
         "speculative": "off",
-        "cuda_graph_max_bs": 32,
+        "cuda_graph_bs_decode": "unset",
+        "cuda_graph_max_bs_decode": 32,
         "max_running_requests": 32,
-        "triton_attention_num_kv_splits": 16,
     }
     return {
         "fast": opt,
         "mid": {**fast_nospec, "moe_runner_backend": "marlin", "checkpoint": "mxfp4"},
-        "slow": {**fast_nospec, "static_kv_splits": False, "triton_attention_num_kv_splits": 8},
+        "slow": {**fast_nospec, "sm120_flashmla_backend": "triton"},
     }
 
 

@@ -50,7 +50,7 @@ SERVER_FLAGS = [
     "--model-path", "/models/DeepSeek-V4-Flash-NVFP4", "--served-model-name", MODEL,
     "--tp-size", "4", "--disaggregation-mode", "decode", "--quantization", "modelopt_fp4",
     "--moe-runner-backend", "flashinfer_cutlass", "--mem-fraction-static", "0.9",
-    "--cuda-graph-max-bs", "256", "--max-running-requests", "512", "--enable-metrics",
+    "--cuda-graph-max-bs-decode", "256", "--max-running-requests", "512", "--enable-metrics",
     "--log-level", "warning",
 ]  # fmt: skip
 PEER_PACKAGE = "aiperf"

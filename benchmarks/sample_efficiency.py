@@ -181,7 +181,9 @@ class SimEvaluator:
                 return Launch(failure=failure.kind, reason=f"{server.disaggregation_mode}: {last}")
         if pm.serves_wrong_text(dec):  # the decode server writes the text
             return Launch(failure="wrong_output", reason="greedy output differs")
-        exp = pm.expectation(merged, **self.load, deployment="pd")  # type: ignore[arg-type]
+        # the prefill server as it parsed its own flags (its speculative settings count)
+        prefill = dataclasses.replace(pre, sim_time_scale=1.0)
+        exp = pm.expectation(merged, prefill=prefill, **self.load, deployment="pd")  # type: ignore[arg-type]
         return Launch(throughput=exp.output_throughput, tpot_ms=1000.0 * exp.tpot_s)
 
     def fast(self, config: TrialConfig) -> Launch:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.results import t975  # noqa: E402
 from autotune.sim import perf_model as pm  # noqa: E402
-from autotune.sim.levers import config_from_levers  # noqa: E402
+from autotune.sim.levers import pd_configs  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
 from autotune.study.definition import StudyDefinition, load_study_definition  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
@@ -72,18 +72,22 @@ def true_throughput(space: SearchSpace, config: Mapping[str, object], load: Any)
     """Model output tok/s of ``config`` at the study's load; None when it cannot serve
     (start-up failure) or serves wrong text (the correctness probe rejects it).
 
-    ``config_from_levers`` is the configuration the servers parse from the rendered
-    command lines (``tests/sim``: ``parse_config(*levers_to_command(l)) ==
-    config_from_levers(l)``); each server reads its own mode's part of it.
+    ``pd_configs`` gives the configurations the prefill and decode servers parse from the
+    rendered command lines (``tests/sim``: ``parse_config(*levers_to_command(l, mode=m)) ==
+    config_from_levers(l, mode=m)``).
     """
-    cfg = config_from_levers(space.complete(config))
-    for mode in ("prefill", "decode"):
-        if pm.startup_failure(pm.as_mode(cfg, mode)) is not None:
+    pre, dec = pd_configs(space.complete(config))
+    for server in (pre, dec):
+        if pm.startup_failure(server) is not None:
             return None
-    if pm.serves_wrong_text(pm.as_mode(cfg, "decode")):
+    if pm.serves_wrong_text(dec):
         return None
     value = pm.expected_output_throughput(
-        cfg, concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len
+        dec,
+        prefill=pre,
+        concurrency=load.concurrency,
+        input_len=load.input_len,
+        output_len=load.output_len,
     )
     return value if value > 0 else None
 
@@ -97,7 +101,7 @@ def calibration_configs(space: SearchSpace, load: Any) -> dict[str, dict[str, ob
     return {
         "optimum": best,
         "no-speculative": space.complete({**best, "speculative": "off"}),
-        "kv-splits-16": space.complete({**best, "triton_attention_num_kv_splits": 16}),
+        "no-direct-swa-kv": space.complete({**best, "sm120_direct_swa_kv": False}),
     }
 
 

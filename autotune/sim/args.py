@@ -1,42 +1,46 @@
-"""Flags and environment of one simulated SGLang server, parsed like SGLang parses them.
+"""Flags and environment of one simulated SGLang server, parsed like SGLang 0.5.23 parses them.
 
 The simulated servers are launched with exactly the command lines and environments a real
-SGLang deployment gets, so the parser accepts SGLang's spellings (``--cuda-graph-max-bs``,
-``--disaggregation-mode``, ...) and rejects unknown flags with argparse's exit status 2.
-``allow_abbrev=False`` matches SGLang: ``--tp`` is not ``--tp-size`` (DOMAIN.md §2).
+SGLang deployment gets, so the parser is built from the manifest generated from the real
+0.5.23 parser (``autotune/engines/manifests/sglang-0.5.23.json``, ``ServerArgs.add_cli_args``):
+every option with its spellings, ``nargs``, type and choices. argparse's default
+``allow_abbrev=True`` is kept, as in SGLang: ``--tp 4`` parses as ``--tp-size 4`` and a
+removed flag can be an *ambiguous* prefix (``--cuda-graph-max-bs 8`` exits 2, "ambiguous
+option", since 0.5.20 split it into ``-decode``/``-prefill``; DOMAIN.md §2). Unknown flags
+and bad values exit 2 with argparse's message. Only what the performance model uses is read
+into :class:`SimConfig`; every other option is accepted and ignored.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
-MOE_RUNNER_CHOICES = (
-    "auto",
-    "triton",
-    "triton_kernel",
-    "marlin",
-    "cutlass",
-    "flashinfer_cutlass",
-    "flashinfer_mxfp4",
-    "flashinfer_trtllm",
-    "flashinfer_trtllm_routed",
-    "deep_gemm",
+SGLANG_VERSION = "0.5.23"
+"""The release whose parser (manifest) the simulated servers speak."""
+MANIFEST = (
+    Path(__file__).resolve().parents[1]
+    / "engines"
+    / "manifests"
+    / (f"sglang-{SGLANG_VERSION}.json")
 )
-QUANTIZATION_CHOICES = ("mxfp4", "modelopt_fp4", "fp8", "w8a8_fp8", "awq", "gptq", "modelopt")
-SPECULATIVE_CHOICES = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-DISAGGREGATION_MODES = ("null", "prefill", "decode")
-TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake")
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+"""Read as plain JSON (4 ms), not through ``autotune.engines`` (pydantic: ~90 ms of imports
+at every server start)."""
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """Everything that decides what one simulated server does: flags plus environment.
 
-    ``None`` means "not given" so that :func:`autotune.sim.perf_model.resolve` can show the
-    defaults and silent rewrites SGLang would apply.
+    Field names of flags are SGLang's ``ServerArgs`` dest names. ``None`` means "not given"
+    so that :func:`autotune.sim.perf_model.resolve` can show the defaults and silent rewrites
+    SGLang would apply.
     """
 
     model_path: str
@@ -48,12 +52,17 @@ class SimConfig:
     disaggregation_bootstrap_port: int = 8998
     disaggregation_transfer_backend: str = "mooncake"
     moe_runner_backend: str = "auto"
+    flashinfer_mxfp4_moe_precision: str = "default"
     quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     mem_fraction_static: float | None = None
     disable_custom_all_reduce: bool = False
-    cuda_graph_max_bs: int | None = None
     cuda_graph_max_bs_decode: int | None = None
-    disable_cuda_graph: bool = False
+    cuda_graph_bs_decode: tuple[int, ...] | None = None
+    cuda_graph_backend_decode: str | None = None
+    disable_cuda_graph: bool = False  # deprecated in 0.5.23, still parsed
+    disable_decode_cuda_graph: bool = False
+    disable_overlap_schedule: bool = False
     max_running_requests: int | None = None
     chunked_prefill_size: int | None = None
     page_size: int | None = None
@@ -61,7 +70,8 @@ class SimConfig:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
-    triton_attention_num_kv_splits: int = 8
+    triton_attention_num_kv_splits: int = 8  # parsed; DeepSeek-V4 forces dsv4 attention
+    dsv4_prefill_backend: str = "auto"  # parsed; sparse prefill is never used on sm_120
     enable_metrics: bool = False
     disable_radix_cache: bool = False
     attention_backend: str | None = None
@@ -75,9 +85,12 @@ class SimConfig:
     nccl_algo: str | None = None
     nccl_min_nchannels: int | None = None
     nccl_max_nchannels: int | None = None
-    pcie_ipc_allreduce: bool = False
+    pcie_ipc_allreduce: bool = False  # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE
+    pcie_ipc_max_numel: int = 0  # SGLANG_PCIE_IPC_MAX_NUMEL (0: sized from the decode config)
+    sm120_flashmla_backend: str = "flashinfer"  # SGLANG_SM120_FLASHMLA_BACKEND
+    sm120_direct_swa_kv: bool = False  # SGLANG_OPT_SM120_DIRECT_SWA_KV
     pytorch_cuda_alloc_conf: str | None = None
-    static_kv_splits: bool = False
+    static_kv_splits: bool = False  # SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS (no effect)
     cuda_visible_devices: str | None = None
     # --- sim-only environment ---
     sim_load_seconds: float = 0.3
@@ -88,7 +101,7 @@ class SimConfig:
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        # The perf model memoises on configs: hash once, not 45 fields on every lookup.
+        # The perf model memoises on configs: hash once, not 60 fields on every lookup.
         key = tuple(getattr(self, f.name) for f in fields(self) if f.name != "_hash")
         object.__setattr__(self, "_hash", hash(key))
 
@@ -96,7 +109,104 @@ class SimConfig:
         return self._hash
 
 
+# ----------------------------------------------------------------------------------------
+# The parser, from the manifest of the real one
+# ----------------------------------------------------------------------------------------
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _human_readable_int(value: str) -> int:
+    """SGLang's ``human_readable_int`` (``srt/utils/common.py``): 1k, 25.6k, 1Mi, or an int."""
+    text = value.strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _IEC:
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'."
+                )
+            return int(number) * _IEC[suffix]
+        return int(float(number) * _SI[suffix])
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {value!r}") from None
+
+
+def _cuda_graph_backend(value: str) -> str:
+    """``parse_cuda_graph_backend_arg`` (``srt/model_executor/cuda_graph_config.py``)."""
+    if value == "tc_piecewise":
+        raise argparse.ArgumentTypeError(
+            "tc_piecewise was removed; select breakable, full, or disabled"
+        )
+    return value
+
+
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "human_readable_int": _human_readable_int,
+    "parse_cuda_graph_backend_arg": _cuda_graph_backend,
+}
+"""Value types the model reads; the rest (JSON strings, lists) are kept as text."""
+
+
+def _choices(raw: Sequence[object] | None, convert: Callable[[str], Any]) -> list[Any] | None:
+    if raw is None:
+        return None
+    out = []
+    for choice in raw:
+        try:
+            out.append(convert(str(choice)))
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            out.append(choice)
+    return out
+
+
+def _help(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+@functools.lru_cache(maxsize=1)
+def build_parser() -> argparse.ArgumentParser:
+    """SGLang 0.5.23's ``launch_server`` parser, rebuilt from its manifest (once per process)."""
+    options = json.loads(MANIFEST.read_text())["options"]
+    p = argparse.ArgumentParser(
+        prog="python -m sglang.launch_server",
+        description=f"Simulated SGLang {SGLANG_VERSION} server (DeepSeek-V4-Flash on RTX PRO "
+        "6000, PCIe): every option of the real parser, only some of them modelled.",
+    )
+    for opt in options:
+        flags = list(opt["flags"])
+        kw: dict[str, Any] = {"dest": opt["dest"], "help": _help(opt.get("help") or "")}
+        if opt.get("required"):
+            kw["required"] = True
+        if opt["action"] == "boolean_optional":
+            p.add_argument(
+                flags[0], action=argparse.BooleanOptionalAction, default=opt.get("default"), **kw
+            )
+            continue
+        if not opt["takes_value"]:
+            p.add_argument(*flags, action="store_true", default=bool(opt.get("default")), **kw)
+            continue
+        convert = _TYPES.get(opt.get("type") or "str", str)
+        kw["type"] = convert
+        kw["default"] = opt.get("default")
+        if opt.get("nargs") is not None:
+            kw["nargs"] = opt["nargs"]
+        choices = _choices(opt.get("choices"), convert)
+        if choices is not None:
+            kw["choices"] = choices
+        p.add_argument(*flags, **kw)
+    return p
+
+
 def _bool_env(value: str | None) -> bool:
+    """SGLang's ``EnvBool`` (``srt/environ.py``): 1/true/yes/on, case-insensitive."""
     return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -121,63 +231,10 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
         return default
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The subset of SGLang's ``launch_server`` parser the deployments use."""
-    p = argparse.ArgumentParser(
-        prog="python -m autotune.sim.server",
-        description="Simulated SGLang server (DeepSeek-V4-Flash on RTX PRO 6000, PCIe).",
-        allow_abbrev=False,
-    )
-    p.add_argument("--model-path", "--model", dest="model_path", required=True)
-    p.add_argument("--tokenizer-path")
-    p.add_argument("--served-model-name")
-    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    p.add_argument("--ep-size", type=int, default=1)
-    p.add_argument("--dp-size", type=int, default=1)
-    p.add_argument("--enable-dp-attention", action="store_true")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
-    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    p.add_argument(
-        "--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS, default="mooncake"
-    )
-    p.add_argument("--disaggregation-ib-device")
-    p.add_argument("--moe-runner-backend", choices=MOE_RUNNER_CHOICES, default="auto")
-    p.add_argument("--quantization", choices=QUANTIZATION_CHOICES)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--mem-fraction-static", type=float)
-    p.add_argument("--disable-custom-all-reduce", action="store_true")
-    p.add_argument("--cuda-graph-max-bs", type=int)
-    p.add_argument("--cuda-graph-max-bs-decode", type=int)
-    p.add_argument("--disable-cuda-graph", action="store_true")
-    p.add_argument("--max-running-requests", type=int)
-    p.add_argument("--chunked-prefill-size", type=int)
-    p.add_argument("--page-size", type=int)
-    p.add_argument("--speculative-algorithm", choices=SPECULATIVE_CHOICES)
-    p.add_argument("--speculative-num-steps", type=int)
-    p.add_argument("--speculative-eagle-topk", type=int)
-    p.add_argument("--speculative-num-draft-tokens", type=int)
-    p.add_argument("--triton-attention-num-kv-splits", type=int, default=8)
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--disable-radix-cache", action="store_true")
-    p.add_argument("--attention-backend")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--base-gpu-id", type=int, default=0)
-    p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    p.add_argument("--context-length", type=int)
-    p.add_argument("--random-seed", type=int)
-    p.add_argument("--watchdog-timeout", type=float)
-    p.add_argument("--skip-server-warmup", action="store_true")
-    p.add_argument("--stream-interval", type=int, default=1)
-    return p
-
-
 def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
     """Parse SGLang flags and the environment into a :class:`SimConfig`.
 
-    Unknown or malformed flags make argparse print its usage message and raise
+    Unknown, ambiguous or malformed flags make argparse print its usage message and raise
     ``SystemExit(2)``, as SGLang does.
     """
     ns = build_parser().parse_args(list(argv))
@@ -186,6 +243,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         sim_seed = int(seed_raw) if seed_raw not in (None, "") else None
     except ValueError:
         sim_seed = None
+    bs = ns.cuda_graph_bs_decode
     return SimConfig(
         model_path=ns.model_path,
         served_model_name=ns.served_model_name,
@@ -196,12 +254,17 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         disaggregation_bootstrap_port=ns.disaggregation_bootstrap_port,
         disaggregation_transfer_backend=ns.disaggregation_transfer_backend,
         moe_runner_backend=ns.moe_runner_backend,
+        flashinfer_mxfp4_moe_precision=ns.flashinfer_mxfp4_moe_precision,
         quantization=ns.quantization,
+        kv_cache_dtype=ns.kv_cache_dtype,
         mem_fraction_static=ns.mem_fraction_static,
         disable_custom_all_reduce=ns.disable_custom_all_reduce,
-        cuda_graph_max_bs=ns.cuda_graph_max_bs,
         cuda_graph_max_bs_decode=ns.cuda_graph_max_bs_decode,
+        cuda_graph_bs_decode=tuple(bs) if bs is not None else None,
+        cuda_graph_backend_decode=ns.cuda_graph_backend_decode,
         disable_cuda_graph=ns.disable_cuda_graph,
+        disable_decode_cuda_graph=ns.disable_decode_cuda_graph,
+        disable_overlap_schedule=ns.disable_overlap_schedule,
         max_running_requests=ns.max_running_requests,
         chunked_prefill_size=ns.chunked_prefill_size,
         page_size=ns.page_size,
@@ -210,6 +273,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         speculative_eagle_topk=ns.speculative_eagle_topk,
         speculative_num_draft_tokens=ns.speculative_num_draft_tokens,
         triton_attention_num_kv_splits=ns.triton_attention_num_kv_splits,
+        dsv4_prefill_backend=ns.dsv4_prefill_backend,
         enable_metrics=ns.enable_metrics,
         disable_radix_cache=ns.disable_radix_cache,
         attention_backend=ns.attention_backend,
@@ -222,7 +286,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         nccl_algo=env.get("NCCL_ALGO") or None,
         nccl_min_nchannels=_int_env(env, "NCCL_MIN_NCHANNELS"),
         nccl_max_nchannels=_int_env(env, "NCCL_MAX_NCHANNELS"),
-        pcie_ipc_allreduce=env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "").strip() == "1",
+        pcie_ipc_allreduce=_bool_env(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")),
+        pcie_ipc_max_numel=max(0, _int_env(env, "SGLANG_PCIE_IPC_MAX_NUMEL") or 0),
+        sm120_flashmla_backend=(env.get("SGLANG_SM120_FLASHMLA_BACKEND") or "flashinfer").strip(),
+        sm120_direct_swa_kv=_bool_env(env.get("SGLANG_OPT_SM120_DIRECT_SWA_KV")),
         pytorch_cuda_alloc_conf=env.get("PYTORCH_CUDA_ALLOC_CONF") or None,
         static_kv_splits=_bool_env(env.get("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS")),
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),

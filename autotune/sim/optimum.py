@@ -1,15 +1,19 @@
 """Exact search of the lever grid for the best correct configuration under the perf model.
 
-The full grid has ~10^11 points; the search enumerates it after removing what provably
-cannot matter (each argument holds because the closed form is monotone in step time, in
-prefill time and in the batch limit):
+The full grid has ~10^13 points; the search enumerates it after removing what provably
+cannot matter (each argument holds because the closed form is monotone in decode step time,
+in prefill time, in memory need and in the batch limit):
 
-* all-reduce settings: only those not dominated in latency at every message size in play;
-* attention settings: only those not dominated in layer time at every batch up to C;
-* ``cuda_graph_max_bs`` / ``max_running_requests``: values above C act like C (the running
-  batch never exceeds C) but cost memory, so only multiples of 8 up to C are tried
+* all-reduce settings: NCCL settings not dominated in latency at every message size in
+  play, each with and without the PCIe IPC all-reduce (IPC serves decode-size messages,
+  NCCL the rest);
+* MoE runners and sm_120 attention kernels: only those not dominated in decode step time,
+  prefill time and memory need (per checkpoint: the checkpoint decides the weights' size);
+* ``disable_overlap_schedule``, breakable decode graphs: dominated (they only add time);
+* ``cuda_graph_max_bs_decode`` / ``max_running_requests``: values above C act like C (the
+  running batch never exceeds C) but cost memory, so only multiples of 8 up to C are tried
   (plus the baseline's 48, kept for fewer changed levers);
-* ``chunked_prefill_size``: per (runner, checkpoint, all-reduce, memory) the feasible chunk
+* ``chunked_prefill_size``: per (runner, attention, all-reduce, memory) the feasible chunk
   with the shortest prefill;
 * configurations that reach the same (decode settings, batch limit, prefill time) are
   evaluated once.
@@ -19,19 +23,23 @@ Among equally fast settings the one that changes the fewest levers from the base
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from autotune.sim import perf_model as pm
 from autotune.sim.levers import (
     BASELINE,
     CATEGORIES,
+    GRAPH_BS_LISTS,
     MEM_FRACTIONS,
     active_levers,
     changed_levers,
     config_from_levers,
+    pd_configs,
     violations,
 )
+
+Levers = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -48,32 +56,30 @@ class Optimum:
         return changed_levers(self.levers)
 
 
-def _dominance_front(
-    options: list[tuple[dict[str, object], list[float]]],
-) -> list[dict[str, object]]:
+def _dominance_front(options: Sequence[tuple[Levers, Sequence[float]]]) -> list[Levers]:
     """Options whose cost vector is not dominated (ties keep the first, baseline-first)."""
-    front: list[tuple[dict[str, object], list[float]]] = []
+    front: list[tuple[Levers, Sequence[float]]] = []
     for opt, vec in options:
         dominated = any(
-            all(a <= b * (1 + 1e-12) for a, b in zip(fv, vec, strict=True)) for _, fv in front
+            all(a <= b * (1 + 1e-12) + 1e-15 for a, b in zip(fv, vec, strict=True))
+            for _, fv in front
         )
         if dominated:
             continue
         front = [
             (o, v)
             for o, v in front
-            if not all(a <= b * (1 + 1e-12) for a, b in zip(vec, v, strict=True))
+            if not all(a <= b * (1 + 1e-12) + 1e-15 for a, b in zip(vec, v, strict=True))
         ]
         front.append((opt, vec))
     return [o for o, _ in front]
 
 
-def _allreduce_options(concurrency: int, input_len: int) -> list[dict[str, object]]:
+def _nccl_options(concurrency: int, input_len: int) -> list[Levers]:
     sizes = [t * pm.HIDDEN * 2 for t in range(1, 5 * concurrency + 1)]
     sizes += [min(c, input_len) * pm.HIDDEN * 2 for c in range(1024, 16385, 1024)]
-    opts: list[tuple[dict[str, object], list[float]]] = []
-    candidates: list[dict[str, object]] = [{"pcie_ipc_allreduce": True}]
-    for proto in ("unset", "LL", "Simple"):  # LL128 serves wrong text
+    candidates: list[Levers] = []
+    for proto in ("unset", "LL", "Simple"):  # LL128 serves wrong text without IPC
         for algo in ("unset", "Tree"):
             candidates.append({"nccl_proto": proto, "nccl_algo": algo})
             for ch in (1, *range(3, 33)):
@@ -86,30 +92,58 @@ def _allreduce_options(concurrency: int, input_len: int) -> list[dict[str, objec
                         "nccl_max_nchannels": ch,
                     }
                 )
+    opts = []
     for cand in candidates:
         cfg = config_from_levers({**BASELINE, **cand})
         opts.append((cand, [pm.allreduce_seconds(cfg, n) for n in sizes]))
     return _dominance_front(opts)
 
 
-def _attention_options(graph: bool, draft: int, concurrency: int) -> list[dict[str, object]]:
-    base = {**BASELINE, "cuda_graph": graph, "cuda_graph_max_bs": 256}
-    splits = CATEGORIES["triton_attention_num_kv_splits"]
-    ordered = [8, *[s for s in splits if s != 8]]  # baseline first
-    cands: list[dict[str, object]] = [
-        {"static_kv_splits": st, "triton_attention_num_kv_splits": s}
-        for st in (False, True)
-        for s in ordered
+def _profile(lv: Levers, concurrency: int, input_len: int) -> list[float]:
+    """Costs that decide everything downstream of a MoE runner or an attention kernel:
+    decode step times (every batch up to C, spec off and 1-4 steps, graphs on and off),
+    prefill time at every chunk size, memory need (decode and prefill)."""
+    vec: list[float] = []
+    specs: list[Levers] = [{"speculative": "off"}]
+    specs += [{"speculative": "eagle", "speculative_num_steps": s} for s in (1, 2, 3, 4)]
+    graphs: list[Levers] = [
+        {"cuda_graph_backend_decode": "full", "cuda_graph_max_bs_decode": 256},
+        {"cuda_graph_backend_decode": "disabled"},
     ]
-    opts = []
-    for cand in cands:
-        dec = config_from_levers({**base, **cand}, mode="decode")
-        vec = [
-            pm._attention_layer_seconds(dec, b, d)
-            for b in range(1, concurrency + 1)
-            for d in sorted({1, draft})
-        ]
-        opts.append((cand, vec))
+    for spec in specs:
+        for graph in graphs:
+            dec = config_from_levers({**lv, **spec, **graph}, mode="decode")
+            vec += [pm.decode_step_seconds(dec, b) for b in range(1, concurrency + 1)]
+            vec.append(pm.nonstatic_need_bytes(dec))
+    for chunk in range(1024, 16385, 1024):
+        pre = config_from_levers({**lv, "chunked_prefill_size": chunk}, mode="prefill")
+        vec.append(pm.prefill_seconds(pre, input_len))
+        vec.append(pm.nonstatic_need_bytes(pre))
+    return vec
+
+
+def _runner_options(concurrency: int, input_len: int) -> list[Levers]:
+    out: list[Levers] = []
+    for ckpt in CATEGORIES["checkpoint"]:
+        opts = []
+        for runner in CATEGORIES["moe_runner_backend"]:
+            cand: Levers = {"moe_runner_backend": runner, "checkpoint": ckpt}
+            if violations(cand):
+                continue
+            lv = {**BASELINE, **cand, "sm120_flashmla_backend": "flashinfer"}
+            opts.append((cand, _profile(lv, concurrency, input_len)))
+        out += _dominance_front(opts)
+    return out
+
+
+def _attention_options(concurrency: int, input_len: int) -> list[Levers]:
+    cands: list[Levers] = [
+        {"sm120_flashmla_backend": backend} for backend in CATEGORIES["sm120_flashmla_backend"]
+    ]
+    cands.insert(1, {"sm120_flashmla_backend": "flashinfer", "sm120_direct_swa_kv": True})
+    ordered = sorted(cands, key=lambda c: c["sm120_flashmla_backend"] != "triton")
+    base = {**BASELINE, "moe_runner_backend": "flashinfer_mxfp4"}
+    opts = [(cand, _profile({**base, **cand}, concurrency, input_len)) for cand in ordered]
     return _dominance_front(opts)
 
 
@@ -125,72 +159,91 @@ def search(
     top = max(8, min(256, -(-c // 8) * 8))
     gbs_cands = [8, *range(16, top + 1, 8)] if top >= 16 else [8]
     mrr_cands = [48, *[m for m in range(8, min(128, top) + 1, 8) if m != 48]]
-    ar_front = _allreduce_options(c, input_len)
-    runners = [
-        (r, k)
-        for r in CATEGORIES["moe_runner_backend"]
-        for k in CATEGORIES["checkpoint"]
-        if not violations({"moe_runner_backend": r, "checkpoint": k})
+    nccl_front = _nccl_options(c, input_len)
+    ar_front: list[Levers] = [
+        {**nccl, "pcie_ipc_allreduce": ipc} for ipc in (False, True) for nccl in nccl_front
     ]
-    specs: list[dict[str, object]] = [{"speculative": "off"}]
-    specs += [{"speculative": "eagle", "speculative_num_steps": s} for s in (3, 1, 2, 4)]
-    graphs: list[dict[str, object]] = [
-        {"cuda_graph": True, "cuda_graph_max_bs": g} for g in gbs_cands
-    ] + [{"cuda_graph": False}]
+    runners = _runner_options(c, input_len)
+    attns = _attention_options(c, input_len)
+    specs: list[Levers] = [{"speculative": "off"}]
+    specs += [
+        {"speculative": "eagle", "speculative_num_steps": s, "prefill_speculative": p}
+        for s in (3, 1, 2, 4)
+        for p in (False, True)
+    ]
+    graphs: list[Levers] = [
+        {
+            "cuda_graph_backend_decode": "full",
+            "cuda_graph_bs_decode": "unset",
+            "cuda_graph_max_bs_decode": g,
+        }
+        for g in gbs_cands
+    ]
+    graphs += [
+        {"cuda_graph_backend_decode": "full", "cuda_graph_bs_decode": name}
+        for name, sizes in GRAPH_BS_LISTS.items()
+        if max(sizes) <= top
+    ]
+    graphs.append({"cuda_graph_backend_decode": "disabled"})
     mems = _near_baseline(MEM_FRACTIONS, float(BASELINE["mem_fraction_static"]))  # type: ignore[arg-type]
     chunks = sorted(range(1024, 16385, 1024), key=lambda v: (abs(v - 8192), v))
-    attn_cache: dict[tuple[bool, int], list[dict[str, object]]] = {}
-    chunk_cache: dict[tuple[int, int, float, str], tuple[int, float] | None] = {}
+    chunk_cache: dict[tuple[int, int, int, float, str, bool], tuple[int, float] | None] = {}
+    fits_cache: dict[tuple[int, int, int, int, str, float], int | None] = {}
     seen: set[tuple[object, ...]] = set()
-    results: list[tuple[float, int, dict[str, object]]] = []
+    results: list[tuple[float, int, Levers]] = []
     evaluated = 0
-    for ai, ar in enumerate(ar_front):
-        for ri, (runner, ckpt) in enumerate(runners):
+    for ri, runner in enumerate(runners):
+        for ti, attn in enumerate(attns):
             for si, spec in enumerate(specs):
-                draft = int(spec.get("speculative_num_steps", 0)) + 1  # type: ignore[call-overload]
+                pspec = bool(spec.get("prefill_speculative"))
                 for gi, graph in enumerate(graphs):
-                    key_g = (bool(graph["cuda_graph"]), draft)
-                    if key_g not in attn_cache:
-                        attn_cache[key_g] = _attention_options(key_g[0], draft, c)
                     for alloc in CATEGORIES["pytorch_alloc_conf"]:
                         for mem in mems:
-                            lv = {
+                            lv: Levers = {
                                 **BASELINE,
-                                **ar,
+                                **runner,
+                                **attn,
                                 **spec,
                                 **graph,
-                                "moe_runner_backend": runner,
-                                "checkpoint": ckpt,
                                 "mem_fraction_static": mem,
                                 "pytorch_alloc_conf": alloc,
                             }
-                            dec = config_from_levers(lv, mode="decode")
-                            if pm.startup_failure(dec) is not None:
+                            fk = (ri, ti, si, gi, str(alloc), mem)
+                            if fk not in fits_cache:
+                                dec = config_from_levers(lv, mode="decode")
+                                fits_cache[fk] = (
+                                    None
+                                    if pm.startup_failure(dec) is not None
+                                    else pm.kv_slots(dec)
+                                )
+                            slots = fits_cache[fk]
+                            if slots is None:
                                 continue
-                            ck = (ai, ri, mem, str(alloc))
-                            if ck not in chunk_cache:
-                                chunk_cache[ck] = _best_chunk(lv, chunks, input_len)
-                            best_chunk = chunk_cache[ck]
-                            if best_chunk is None:
-                                continue
-                            slots = pm.kv_slots(dec)
-                            for mrr in mrr_cands:
-                                limit = min(c, slots, mrr)
-                                for ti, attn in enumerate(attn_cache[key_g]):
-                                    key = (ai, ri, si, gi, ti, limit, round(best_chunk[1], 12))
+                            for ai, ar in enumerate(ar_front):
+                                ck = (ai, ri, ti, mem, str(alloc), pspec)
+                                if ck not in chunk_cache:
+                                    chunk_cache[ck] = _best_chunk({**lv, **ar}, chunks, input_len)
+                                best_chunk = chunk_cache[ck]
+                                if best_chunk is None:
+                                    continue
+                                for mrr in mrr_cands:
+                                    limit = min(c, slots, mrr)
+                                    key = (ai, ri, ti, si, gi, limit, round(best_chunk[1], 12))
                                     if key in seen:
                                         continue
                                     seen.add(key)
                                     cand = active_levers(
                                         {
                                             **lv,
-                                            **attn,
+                                            **ar,
                                             "max_running_requests": mrr,
                                             "chunked_prefill_size": best_chunk[0],
                                         }
                                     )
+                                    pre, dec = pd_configs(cand)
                                     thr = pm.expected_output_throughput(
-                                        config_from_levers(cand),
+                                        dec,
+                                        prefill=pre,
                                         concurrency=c,
                                         input_len=input_len,
                                         output_len=output_len,
@@ -201,8 +254,10 @@ def search(
     best_thr = max(r[0] for r in results)
     ties = [r for r in results if r[0] >= best_thr * (1 - 1e-9)]
     thr, _, levers = min(ties, key=lambda r: r[1])
+    pre, dec = pd_configs(levers)
     tpot = pm.expected_tpot_ms(
-        config_from_levers(levers),
+        dec,
+        prefill=pre,
         concurrency=c,
         input_len=input_len,
         output_len=output_len,
@@ -211,9 +266,7 @@ def search(
     return Optimum(levers=levers, throughput=thr, tpot_ms=tpot, evaluated=evaluated)
 
 
-def _best_chunk(
-    lv: dict[str, object], chunks: list[int], input_len: int
-) -> tuple[int, float] | None:
+def _best_chunk(lv: Levers, chunks: list[int], input_len: int) -> tuple[int, float] | None:
     """Feasible prefill chunk with the shortest prefill of one request (baseline-first ties)."""
     best: tuple[int, float] | None = None
     for chunk in chunks:

@@ -159,8 +159,9 @@ def _same(a: object, b: object) -> bool:
 
 def _forced(space: SearchSpace, rng: random.Random, name: str, value: object) -> dict | None:
     """A launchable configuration (no forbidden rule) in which ``name`` is active and
-    ``value``; ``None`` when random fillers for the other parameters find none."""
-    for _ in range(500):
+    ``value``; ``None`` when random fillers for the other parameters find none (a range
+    end behind a gate and a log scale, nccl_min_nchannels=32, takes thousands of draws)."""
+    for _ in range(5000):
         draw = {p.name: random_value(rng, p) for p in space.sampled_params}
         draw[name] = value  # type: ignore[assignment]
         config = space.complete(draw)

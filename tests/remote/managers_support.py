@@ -32,7 +32,7 @@ FAKE_SYSTEMD = Path(__file__).resolve().parent / "fake_systemd"
 SIM_OOM = (
     "--mem-fraction-static",
     "0.95",
-    "--cuda-graph-max-bs",
+    "--cuda-graph-max-bs-decode",
     "256",
     "--speculative-algorithm",
     "EAGLE",

@@ -15,7 +15,8 @@ CONDITIONAL = {
     "nccl_min_nchannels": "nccl_channels",
     "nccl_max_nchannels": "nccl_channels",
     "speculative_num_steps": "speculative",
-    "cuda_graph_max_bs": "cuda_graph",
+    "prefill_speculative": "speculative",
+    "cuda_graph_bs_decode": "cuda_graph_backend_decode",
 }
 
 
@@ -32,7 +33,11 @@ def _quiet_optuna() -> None:
 
 def _active(config: Mapping[str, object], name: str) -> bool:
     gate = CONDITIONAL[name]
-    return config[gate] == "eagle" if gate == "speculative" else config[gate] is True
+    if gate == "speculative":
+        return config[gate] == "eagle"
+    if gate == "cuda_graph_backend_decode":
+        return config[gate] != "disabled"
+    return config[gate] is True
 
 
 def test_tpe_study_50_trials(space: SearchSpace) -> None:

@@ -42,7 +42,7 @@ def test_failures_are_infeasible_with_reason_and_duplicates_reused(
         "speculative": "eagle",
         "speculative_num_steps": 4,
         "mem_fraction_static": 0.95,
-        "cuda_graph_max_bs": 256,
+        "cuda_graph_max_bs_decode": 256,
     }
     forbidden = {**fast, "moe_runner_backend": "flashinfer_cutlass", "checkpoint": "mxfp4"}
     wrong = {**fast, "nccl_proto": "LL128", "pcie_ipc_allreduce": False}
