@@ -6,12 +6,16 @@ use templates, checked when the file is loaded:
 
 * ``${python}``: the interpreter running autotune; ``${deployment}``: the deployment name;
   ``${run_dir}``: the run directory (logs, state); ``${model}``: the ``model`` field;
-* in a service: ``${service}``, ``${host}``, ``${port}`` of that service;
-* anywhere: ``${NAME.host}`` / ``${NAME.port}`` of service NAME;
+* in a service: ``${service}``, ``${host}``, ``${port}`` of that service, and
+  ``${ports.NAME}`` for each of its extra ports (``ports: {NAME: PORT}``);
+* anywhere: ``${NAME.host}`` / ``${NAME.port}`` / ``${NAME.ports.EXTRA}`` of service NAME;
 * ``$${`` is a literal ``${``.
 
 ``port: auto`` picks a free port once per :class:`Deployment` object (one tuning session),
-so fingerprints, and therefore "restart only what changed", stay stable across trials.
+so fingerprints, and therefore "restart only what changed", stay stable across trials. A
+service's extra ports (``ports: {bootstrap: auto}``: a second listener, such as SGLang's
+``--disaggregation-bootstrap-port`` or the router's ``--prometheus-port``) are fixed or
+``auto`` the same way, so two deployments on one machine never share one.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -74,6 +78,10 @@ class ServiceDef(BaseModel):
     host: StrictStr = "127.0.0.1"
     port: int | Literal["auto"]
     """Fixed port, or ``auto``: a free port chosen once per session."""
+    ports: dict[StrictStr, Any] = Field(default_factory=dict)
+    """Extra ports the service listens on, by name (``bootstrap: auto``): each a fixed port or
+    ``auto``, like ``port``; ``${ports.NAME}`` in the service, ``${SERVICE.ports.NAME}``
+    elsewhere. Checked in :func:`_check`."""
     health: HealthCheck = Field(default_factory=HealthCheck)
     info_url: StrictStr | None = None
     """``/server_info`` URL: the resolved arguments, read once the service is healthy."""
@@ -175,6 +183,7 @@ class Deployment(BaseModel):
 
     _source: Path | None = PrivateAttr(default=None)
     _ports: dict[str, int] | None = PrivateAttr(default=None)
+    _extra_ports: dict[str, dict[str, int]] | None = PrivateAttr(default=None)
 
     @field_validator("services")
     @classmethod
@@ -213,28 +222,51 @@ class Deployment(BaseModel):
     def ports(self) -> dict[str, int]:
         """Port per service; ``auto`` ports are chosen on the first call and then kept."""
         if self._ports is None:
-            fixed = {n: s.port for n, s in self.services.items() if isinstance(s.port, int)}
-            ports: dict[str, int] = dict(fixed)
-            auto = [n for n, s in self.services.items() if s.port == PORT_AUTO]
-            by_host: dict[str, list[str]] = {}
-            for n in auto:
-                by_host.setdefault(self.services[n].host, []).append(n)
-            for host, names in by_host.items():
-                bind = "127.0.0.1" if host in ("localhost", "0.0.0.0") else host
-                taken = {p for m, p in fixed.items() if self.services[m].host == host}
-                try:
-                    picked = pick_free_ports(bind, len(names), exclude=taken)
-                except OSError as exc:  # a name that does not resolve, another machine's IP
-                    raise ConfigError(
-                        f"port auto: cannot pick a free port on host {host!r} "
-                        f"({exc.strerror or exc}); auto works for an address of this machine "
-                        "only, give a fixed port otherwise",
-                        file=self.file_label,
-                        field=f"services.{names[0]}.port",
-                    ) from None
-                ports.update(zip(names, picked, strict=True))
-            self._ports = {n: ports[n] for n in self.services}
+            self._pick_ports()
+        assert self._ports is not None
         return dict(self._ports)
+
+    def extra_ports(self) -> dict[str, dict[str, int]]:
+        """Extra ports per service (``ports:``), chosen with :meth:`ports` and kept."""
+        if self._extra_ports is None:
+            self._pick_ports()
+        assert self._extra_ports is not None
+        return {n: dict(p) for n, p in self._extra_ports.items()}
+
+    def _pick_ports(self) -> None:
+        # Every listener of the file: (service, extra port name or None for `port`).
+        slots: list[tuple[str, str | None, int | str]] = []
+        for n, s in self.services.items():
+            slots.append((n, None, s.port))
+            slots += [(n, k, v) for k, v in s.ports.items()]
+        chosen: dict[tuple[str, str | None], int] = {
+            (n, k): v for n, k, v in slots if isinstance(v, int)
+        }
+        by_host: dict[str, list[tuple[str, str | None]]] = {}
+        for n, k, v in slots:
+            if v == PORT_AUTO:
+                by_host.setdefault(self.services[n].host, []).append((n, k))
+        for host, keys in by_host.items():
+            bind = "127.0.0.1" if host in ("localhost", "0.0.0.0") else host
+            taken = {p for (m, _), p in chosen.items() if self.services[m].host == host}
+            try:
+                picked = pick_free_ports(bind, len(keys), exclude=taken)
+            except OSError as exc:  # a name that does not resolve, another machine's IP
+                first, extra = keys[0]
+                raise ConfigError(
+                    f"port auto: cannot pick a free port on host {host!r} "
+                    f"({exc.strerror or exc}); auto works for an address of this machine "
+                    "only, give a fixed port otherwise",
+                    file=self.file_label,
+                    field=f"services.{first}.port"
+                    if extra is None
+                    else f"services.{first}.ports.{extra}",
+                ) from None
+            chosen.update(zip(keys, picked, strict=True))
+        self._ports = {n: chosen[(n, None)] for n in self.services}
+        self._extra_ports = {
+            n: {k: chosen[(n, k)] for k in s.ports} for n, s in self.services.items()
+        }
 
     def default_run_dir(self, study: str | None = None) -> Path:
         """``run_dir`` with templates expanded, absolute (relative to the working directory);
@@ -256,6 +288,7 @@ class Deployment(BaseModel):
     def template_context(self, *, run_dir: Path, service: str | None = None) -> dict[str, str]:
         """Template values for a field of ``service`` (or a top-level field)."""
         ports = self.ports()
+        extra = self.extra_ports()
         ctx = {
             "python": sys.executable,
             "deployment": self.name,
@@ -265,11 +298,13 @@ class Deployment(BaseModel):
         for n, s in self.services.items():
             ctx[f"{n}.host"] = s.host
             ctx[f"{n}.port"] = str(ports[n])
+            ctx.update({f"{n}.ports.{k}": str(p) for k, p in extra[n].items()})
         if self.model is not None:
             ctx["model"] = self.model
         if service is not None:
             svc = self.services[service]
             ctx.update({"service": service, "host": svc.host, "port": str(ports[service])})
+            ctx.update({f"ports.{k}": str(p) for k, p in extra[service].items()})
         return ctx
 
     def endpoint_url(
@@ -311,9 +346,10 @@ def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> st
 def _global_names(dep: Deployment) -> dict[str, str]:
     """Placeholder values for every name allowed at the top level (for checking)."""
     names = {"python": "", "deployment": "", "run_dir": "", "sim_speedup": ""}
-    for n in dep.services:
+    for n, s in dep.services.items():
         names[f"{n}.host"] = ""
         names[f"{n}.port"] = ""
+        names.update({f"{n}.ports.{k}": "" for k in s.ports})
     if dep.model is not None:
         names["model"] = ""
     return names
@@ -372,6 +408,7 @@ def _check(dep: Deployment) -> None:
                 file=file,
                 field=f"{base}.port",
             )
+        _check_extra_ports(s, base=base, file=file)
         if manager == "systemd":
             for field, text, _ in _template_fields(dep):
                 if field.startswith(f"{base}.") and _UNIT_FILE_CONTROL.search(text):
@@ -406,23 +443,56 @@ def _check(dep: Deployment) -> None:
         raise ConfigError(str(exc), file=file, field=f"services.{exc.service}.depends_on") from None
     seen: dict[tuple[str, int], str] = {}
     for n, s in dep.services.items():
-        if isinstance(s.port, int):
-            key = (s.host, s.port)
-            if key in seen:
-                raise ConfigError(
-                    f"port {s.port} on {s.host} is already used by service '{seen[key]}'",
-                    file=file,
-                    field=f"services.{n}.port",
-                )
-            seen[key] = n
+        listeners = [("port", s.port)] + [(f"ports.{k}", v) for k, v in s.ports.items()]
+        for where, port in listeners:
+            if isinstance(port, int):
+                key = (s.host, port)
+                if key in seen:
+                    raise ConfigError(
+                        f"port {port} on {s.host} is already used by {seen[key]}",
+                        file=file,
+                        field=f"services.{n}.{where}",
+                    )
+                seen[key] = f"service '{n}'" + ("" if where == "port" else f" ({where})")
     top = _global_names(dep)
     for field, text, service in _template_fields(dep):
         values = dict(top)
         if service is not None:
             values.update({"service": "", "host": "", "port": ""})
+            values.update({f"ports.{k}": "" for k in dep.services[service].ports})
         expand(text, values, file=file, field=field)
         if field == "endpoint" or field.endswith((".health.url", ".info_url")):
             _check_url(text, file=file, field=field)
+
+
+def _check_extra_ports(s: ServiceDef, *, base: str, file: str) -> None:
+    """``ports:``: names usable in templates, each value a port 1..65535 or ``auto``."""
+    for name, value in s.ports.items():
+        field = f"{base}.ports.{name}"
+        if not _NAME_RX.fullmatch(name):
+            raise ConfigError(
+                f"port name {name!r} must be letters, digits, '_' or '-' (no dots): it is "
+                "used as ${ports.NAME}",
+                file=file,
+                field=field,
+            )
+        valid = value == PORT_AUTO or (
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+        )
+        if not valid:
+            raise ConfigError(
+                f"must be an integer 1..65535 or 'auto', got {value!r}",
+                file=file,
+                field=field,
+                allowed=["1..65535", PORT_AUTO],
+            )
+        if s.on is not None and value == PORT_AUTO:
+            raise ConfigError(
+                "a service on an SSH host needs fixed ports (auto picks a free port on this "
+                "machine only)",
+                file=file,
+                field=field,
+            )
 
 
 def _check_url(text: str, *, file: str, field: str) -> None:

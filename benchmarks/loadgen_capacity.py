@@ -52,6 +52,8 @@ SERVER_FLAGS = [
     "--moe-runner-backend", "flashinfer_cutlass", "--mem-fraction-static", "0.9",
     "--cuda-graph-max-bs-decode", "256", "--max-running-requests", "512", "--enable-metrics",
     "--log-level", "warning",
+    # a PD decode server the load goes to directly: no bootstrap room, no prefill
+    "--disaggregation-transfer-backend", "fake",
 ]  # fmt: skip
 PEER_PACKAGE = "aiperf"
 SAMPLE_S = 0.02

@@ -93,10 +93,11 @@ def services(
             service_env["NCCL_PROTO"] = str(params["nccl_proto"])
         out[name] = record(argv, service_env, unset)
     router = [
-        python, "-m", "autotune.sim.router", "--pd-disaggregation",
+        python, "-m", "sglang_router.launch_router", "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:30000", "8998",
         "--decode", "http://127.0.0.1:30001",
         "--host", "127.0.0.1", "--port", "8000",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", "29000",
     ]  # fmt: skip
     out["router"] = record(router, {}, [])
     return out

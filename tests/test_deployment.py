@@ -148,3 +148,82 @@ def test_field_errors(tmp_path: Path, old: str, new: str, field: str, words: str
     err = error_for(tmp_path, GOOD.replace(old, new, 1))
     assert err.field == field
     assert words in str(err)
+
+
+EXTRA = """
+name: extra
+endpoint: http://${router.host}:${router.port}
+services:
+  worker:
+    command: [w, --port, "${port}", --bootstrap-port, "${ports.bootstrap}"]
+    port: auto
+    ports: {bootstrap: auto, debug: 18002}
+  router:
+    command: [r, --worker, "http://${worker.host}:${worker.port}", "${worker.ports.bootstrap}",
+              --port, "${port}", --prometheus-port, "${ports.prometheus}"]
+    port: 18000
+    ports: {prometheus: auto}
+    depends_on: [worker]
+"""
+
+
+def test_extra_ports_are_free_distinct_stable_and_templated(tmp_path: Path) -> None:
+    from autotune.render import render
+
+    dep = load_deployment(write(tmp_path, EXTRA))
+    extra = dep.extra_ports()
+    assert extra["worker"]["debug"] == 18002 and extra == dep.extra_ports()  # chosen once
+    picked = [dep.ports()["worker"], extra["worker"]["bootstrap"], extra["router"]["prometheus"]]
+    assert len(set(picked)) == 3 and not set(picked) & {18000, 18002}
+    specs = render(None, dep, {}, run_dir=tmp_path)
+    assert specs["worker"].argv[-1] == str(extra["worker"]["bootstrap"])
+    router = list(specs["router"].argv)
+    assert router[3] == str(extra["worker"]["bootstrap"])
+    assert router[-1] == str(extra["router"]["prometheus"])
+    other = load_deployment(write(tmp_path, EXTRA))  # another session: other free ports
+    assert other.extra_ports()["worker"]["bootstrap"] != extra["worker"]["bootstrap"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("{bootstrap: auto, debug: 18002}", "{bootstrap: 70000}", "services.worker.ports.bootstrap",
+         "1..65535"),
+        ("{bootstrap: auto, debug: 18002}", "{bootstrap: automatic}",
+         "services.worker.ports.bootstrap", "'auto'"),
+        ("{bootstrap: auto, debug: 18002}", "{bootstrap: true}", "services.worker.ports.bootstrap",
+         "1..65535"),
+        ("{bootstrap: auto, debug: 18002}", "{bootstrap: auto, a.b: 1}",
+         "services.worker.ports.a.b", "no dots"),
+        ("debug: 18002", "debug: 18000", "services.router.port", "service 'worker' (ports.debug)"),
+        ('"${ports.bootstrap}"]', '"${ports.bootsrap}"]', "services.worker.command[4]",
+         "${ports.bootsrap}"),
+        ('"${worker.ports.bootstrap}"', '"${worker.ports.nope}"', "services.router.command[3]",
+         "${worker.ports.nope}"),
+        ('"${ports.prometheus}"]', '"${ports.bootstrap}"]', "services.router.command[7]",
+         "${ports.bootstrap}"),
+    ],
+)  # fmt: skip
+def test_extra_port_errors(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:
+    assert old in EXTRA
+    err = error_for(tmp_path, EXTRA.replace(old, new, 1))
+    assert err.field == field and words in str(err)
+
+
+def test_extra_port_errors_list_the_allowed_names(tmp_path: Path) -> None:
+    err = error_for(tmp_path, EXTRA.replace('"${ports.bootstrap}"]', '"${ports.bootsrap}"]'))
+    assert "${ports.bootstrap}" in (err.allowed or []) and "${ports.debug}" in (err.allowed or [])
+    assert "${ports.prometheus}" not in (err.allowed or [])  # the router's, not the worker's
+    assert "${router.ports.prometheus}" in (err.allowed or [])
+
+
+def test_extra_ports_on_an_ssh_host_must_be_fixed(tmp_path: Path) -> None:
+    ssh = EXTRA.replace(
+        "services:\n  worker:\n",
+        "hosts:\n  gpu: {address: 10.0.0.5, user: root, key_file: /k}\n"
+        "services:\n  worker:\n    on: gpu\n",
+    ).replace("    port: auto\n    ports: {bootstrap", "    port: 17000\n    ports: {bootstrap")
+    err = error_for(tmp_path, ssh)
+    assert err.field == "services.worker.ports.bootstrap" and "fixed ports" in str(err)
+    fixed = ssh.replace("{bootstrap: auto, debug: 18002}", "{bootstrap: 17001}")
+    assert load_deployment(write(tmp_path, fixed)).extra_ports()["worker"] == {"bootstrap": 17001}

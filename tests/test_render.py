@@ -230,11 +230,13 @@ def test_bundled_sim_deployment_renders_like_the_brief(tmp_path: Path) -> None:
     assert specs["prefill"].argv[:3] == (sys.executable, "-m", "autotune.sim.server")
     assert specs["decode"].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     router = specs["router"].argv
-    assert router[3:] == (
+    bootstrap = dep.extra_ports()["prefill"]["bootstrap"]
+    assert router[1:3] == ("-m", "sglang_router.launch_router")  # the real SGLang router
+    assert router[3:13] == (
         "--pd-disaggregation",
         "--prefill",
         f"http://127.0.0.1:{p1}",
-        "8998",
+        str(bootstrap),
         "--decode",
         f"http://127.0.0.1:{p2}",
         "--host",
@@ -242,6 +244,10 @@ def test_bundled_sim_deployment_renders_like_the_brief(tmp_path: Path) -> None:
         "--port",
         str(dep.ports()["router"]),
     )
+    prefill = specs["prefill"].argv
+    assert prefill[prefill.index("--disaggregation-bootstrap-port") + 1] == str(bootstrap)
+    prometheus = router[router.index("--prometheus-port") + 1]
+    assert prometheus == str(dep.extra_ports()["router"]["prometheus"])
     assert dep.endpoint_url(run_dir=tmp_path) == f"http://127.0.0.1:{dep.ports()['router']}"
 
 

@@ -38,5 +38,9 @@ class SGLangEngine(BaseEngine):
         spec_accept="sglang:spec_accept_length",
     )
     # OpenAI endpoints accept ignore_eos and end streams with [DONE]; any model name is served.
-    quirks: ClassVar[RequestQuirks] = RequestQuirks(ignore_eos=True, require_done=True)
+    # Text prompts: a PD deployment is reached through sglang-router, whose /v1/completions
+    # takes a string or a list of strings only (token ids: HTTP 422, "StringOrArray").
+    quirks: ClassVar[RequestQuirks] = RequestQuirks(
+        ignore_eos=True, require_done=True, prompt="text"
+    )
     version_path: ClassVar[str | None] = "/server_info"

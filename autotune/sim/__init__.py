@@ -1,8 +1,9 @@
 """The simulated deployment: SGLang-compatible HTTP servers driven by a performance model.
 
-``python -m autotune.sim.server`` (prefill/decode/null) and ``python -m autotune.sim.router``
-are started with the same flags and environment a real SGLang PD deployment gets; their speed,
-memory failures and silent rewrites follow ``perf_model`` (see docs/performance-model.md).
+``python -m autotune.sim.server`` (prefill/decode/null) is started with the same flags and
+environment a real SGLang PD deployment gets, behind the real SGLang PD router
+(``python -m sglang_router.launch_router``, PyPI sglang-router); its speed, memory failures
+and silent rewrites follow ``perf_model`` (see docs/performance-model.md).
 Kept import-light: nothing here pulls in aiohttp.
 """
 

@@ -13,9 +13,11 @@ import asyncio
 import collections
 import contextlib
 import json
+import logging
 import math
 import os
 import random
+import shlex
 import signal
 import sys
 import time
@@ -24,12 +26,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import aiohttp
 from aiohttp import HttpVersion11, web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from autotune.sim import perf_model as pm
 from autotune.sim import text
 from autotune.sim.args import SimConfig, build_parser, parse_config
-from autotune.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, Histogram, render_metrics
+from autotune.sim.metrics import (
+    E2E_BUCKETS,
+    ITL_BUCKETS,
+    TTFT_BUCKETS,
+    Histogram,
+    render_metrics,
+    scheduler_labels,
+    tokenizer_labels,
+)
 
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
 SLOT_TOKENS = 8192  # nominal tokens per KV slot, for sglang:token_usage
@@ -269,7 +281,10 @@ class Engine:
         self.running: list[Req] = []
         self.wake = asyncio.Event()
         self.model_name = cfg.served_model_name or cfg.model_path
-        self.prompt_tokens_total = 0
+        # tokenizer counters per is_streaming value ("true"/"false"), as SGLang labels them
+        self.prompt_tokens: dict[str, int] = {}
+        self.generation_tokens: dict[str, int] = {}
+        self.num_requests: dict[str, int] = {}
         self.generation_tokens_total = 0
         self.steps = 0
         self.accept_tokens = 0
@@ -278,12 +293,21 @@ class Engine:
             "sglang:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             TTFT_BUCKETS,
+            extra_label="is_streaming",
         )
         self.itl = Histogram(
             "sglang:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS,
         )
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            E2E_BUCKETS,
+            extra_label="is_streaming",
+        )
+        self._scheduler_labels = scheduler_labels(self.model_name, self.mode)
+        self._tokenizer_labels = tokenizer_labels(self.model_name, self.mode)
         self._tp_window: collections.deque[tuple[float, int]] = collections.deque()
         self.stream_interval = 1
         """SGLang's ``--stream-interval``: stream a chunk every this many tokens (and the
@@ -291,9 +315,16 @@ class Engine:
 
     # ---- intake ----
     def submit(self, req: Req) -> None:
-        self.prompt_tokens_total += req.n_prompt
+        key = "true" if req.stream else "false"
+        self.prompt_tokens[key] = self.prompt_tokens.get(key, 0) + req.n_prompt
         self.queue.append(req)
         self.wake.set()
+
+    def finished(self, req: Req) -> None:
+        """Per-request tokenizer metrics, once the request's response is complete."""
+        key = "true" if req.stream else "false"
+        self.num_requests[key] = self.num_requests.get(key, 0) + 1
+        self.e2e.observe(time.monotonic() - req.t_arrive, 1, key)
 
     # ---- loop ----
     async def run(self) -> None:
@@ -393,6 +424,7 @@ class Engine:
         """Give each request its tokens of this step and write them (one chunk each)."""
         now = time.monotonic()
         emitted = 0
+        emitted_plain = 0  # of which for non-streaming requests
         cfg_wrong = self.wrong
         for req in reqs:
             if req.done.done():
@@ -414,10 +446,12 @@ class Engine:
             piece = "".join(piece_parts)
             req.parts.append(piece)
             emitted += req.generated - start
+            if not req.stream:
+                emitted_plain += req.generated - start
             if req.generated - start > 0:
                 if req.t_first == 0.0:
                     req.t_first = now
-                    self.ttft.observe(now - req.t_arrive)
+                    self.ttft.observe(now - req.t_arrive, 1, "true" if req.stream else "false")
                 req.t_last = now
             finished = (
                 req.generated >= req.max_tokens
@@ -454,6 +488,11 @@ class Engine:
         if step > 0 and reqs:
             self.itl.observe(step, len(reqs))
         self.generation_tokens_total += emitted
+        gen = self.generation_tokens
+        if emitted > emitted_plain:
+            gen["true"] = gen.get("true", 0) + emitted - emitted_plain
+        if emitted_plain:
+            gen["false"] = gen.get("false", 0) + emitted_plain
         self._tp_window.append((now, emitted))
         while self._tp_window and now - self._tp_window[0][0] > 5.0:
             self._tp_window.popleft()
@@ -473,7 +512,8 @@ class Engine:
     def metrics_text(self) -> str:
         acc = self.accept_tokens / self.accept_slots if self.accept_slots else 1.0
         return render_metrics(
-            model_name=self.model_name,
+            scheduler=self._scheduler_labels,
+            tokenizer=self._tokenizer_labels,
             gauges={
                 "sglang:num_running_reqs": ("The number of running requests.", len(self.running)),
                 "sglang:num_queue_reqs": (
@@ -486,33 +526,221 @@ class Engine:
                     round(self.gen_throughput(), 3),
                 ),
                 "sglang:spec_accept_length": (
-                    "The average acceptance length of speculative decoding.",
+                    "Mean acceptance length of speculative decoding (accepted drafts + bonus "
+                    "token per forward).",
                     round(acc, 4),
                 ),
             },
             counters={
                 "sglang:prompt_tokens_total": (
                     "Number of prefill tokens processed.",
-                    self.prompt_tokens_total,
+                    self.prompt_tokens,
                 ),
                 "sglang:generation_tokens_total": (
                     "Number of generation tokens processed.",
-                    self.generation_tokens_total,
+                    self.generation_tokens,
                 ),
+                "sglang:num_requests_total": ("Number of requests processed.", self.num_requests),
             },
-            histograms=(self.ttft, self.itl),
+            histograms=(self.ttft, self.itl, self.e2e),
         )
+
+
+# ----------------------------------------------------------------------------------------
+# PD disaggregation: the KV hand-over from prefill to decode
+# ----------------------------------------------------------------------------------------
+# The router sends one request to prefill and decode at the same time, with the same
+# bootstrap_host/bootstrap_port (the prefill's --disaggregation-bootstrap-port) and
+# bootstrap_room. The prefill runs its forward and marks the room's KV ready in its
+# bootstrap server; the decode long-polls that server for the room (one HTTP request per
+# request, kept-alive connections, no polling loop), then decodes. A prefill that is gone
+# refuses the connection (the decode fails the request at once); one that never serves the
+# room makes the decode give up after SGLANG_DISAGGREGATION_WAITING_TIMEOUT seconds, and a
+# ready room nobody fetches is dropped after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT.
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # srt/disaggregation/utils.py: warm-up/health, no transfer
+KV_POLL_S = 5.0  # one long poll at most this long; then ask again (bounded in all)
+KV_CONNECT_S = 3.0
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class _Room:
+    __slots__ = ("created", "expire", "fut")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.created = time.monotonic()
+        self.expire: asyncio.TimerHandle | None = None
+
+
+class KVRooms:
+    """The prefill's bootstrap registry: room -> its KV (ready, failed or still coming)."""
+
+    def __init__(self, expire_s: float) -> None:
+        self.expire_s = expire_s
+        self.rooms: dict[int, _Room] = {}
+
+    def _get(self, room: int) -> _Room:
+        entry = self.rooms.get(room)
+        if entry is None:
+            loop = asyncio.get_running_loop()
+            entry = self.rooms[room] = _Room(loop)
+            entry.expire = loop.call_later(self.expire_s, self._expire, room, entry)
+        return entry
+
+    def _expire(self, room: int, entry: _Room) -> None:
+        if self.rooms.get(room) is entry:
+            del self.rooms[room]
+        if not entry.fut.done():
+            elapsed = time.monotonic() - entry.created
+            entry.fut.set_result(
+                {"error": f"Request {room} timed out after {elapsed:.1f}s in KVPoll.Bootstrapping"}
+            )
+
+    def expect(self, room: int) -> None:
+        self._get(room)
+
+    def ready(self, room: int, info: dict[str, Any]) -> None:
+        fut = self._get(room).fut
+        if not fut.done():
+            fut.set_result(info)
+
+    def fail(self, room: int, reason: str) -> None:
+        fut = self._get(room).fut
+        if not fut.done():
+            fut.set_result({"error": reason})
+
+    async def wait(self, room: int, timeout_s: float) -> dict[str, Any] | None:
+        """The room's outcome ({"error": ...} when it failed), or None after ``timeout_s``."""
+        entry = self._get(room)
+        try:
+            out = await asyncio.wait_for(asyncio.shield(entry.fut), timeout_s)
+        except TimeoutError:
+            return None
+        if self.rooms.get(room) is entry:  # handed over: nothing left to keep
+            del self.rooms[room]
+            if entry.expire is not None:
+                entry.expire.cancel()
+        return out
+
+
+ROOMS_KEY = web.AppKey("rooms", KVRooms)
+
+
+async def _bootstrap_health(request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def _bootstrap_kv(request: web.Request) -> web.Response:
+    """``GET /kv/{room}?wait=S``: 200 when the room's KV is ready, 410 when it failed,
+    204 when it is still coming after S seconds (ask again)."""
+    try:
+        room = int(request.match_info["room"])
+        wait = min(max(float(request.query.get("wait", KV_POLL_S)), 0.0), 60.0)
+    except ValueError:
+        return web.json_response({"error": "bad room or wait"}, status=400)
+    out = await request.app[ROOMS_KEY].wait(room, wait)
+    if out is None:
+        return web.Response(status=204)
+    return web.json_response(out, status=410 if "error" in out else 200)
+
+
+def build_bootstrap_app(rooms: KVRooms) -> web.Application:
+    """The prefill's bootstrap server (``--disaggregation-bootstrap-port``)."""
+    app = web.Application()
+    app[ROOMS_KEY] = rooms
+    app.router.add_get("/health", _bootstrap_health)
+    app.router.add_get("/kv/{room}", _bootstrap_kv)
+    return app
+
+
+class KVTransferError(Exception):
+    """The decode did not get its room's KV (the message is SGLang's abort message)."""
+
+
+class KVReceiver:
+    """The decode side: waits for the KV of one room from the prefill named in the request."""
+
+    def __init__(self, waiting_timeout_s: float) -> None:
+        self.waiting_timeout_s = waiting_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def receive(self, *, host: str, port: int, room: int, rid: str) -> None:
+        """Return once the room's KV is here; raise :class:`KVTransferError` otherwise."""
+        who = f"rank=0 decode_req.req.rid={rid!r} decode_req.req.bootstrap_room={room}"
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + self.waiting_timeout_s
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise KVTransferError(
+                    f"Decode transfer failed for request {who} with exception Request {room} "
+                    f"timed out after {loop.time() - start:.1f}s in KVPoll.WaitingForInput"
+                )
+            wait = min(KV_POLL_S, left)
+            timeout = aiohttp.ClientTimeout(total=wait + KV_CONNECT_S, sock_connect=KV_CONNECT_S)
+            try:
+                async with self._client().get(
+                    f"http://{addr}/kv/{room}", params={"wait": f"{wait:.3f}"}, timeout=timeout
+                ) as resp:
+                    status = resp.status
+                    body = await resp.read()
+            except asyncio.TimeoutError:
+                continue  # a prefill that does not answer: ask again until the deadline
+            except aiohttp.ClientError as exc:
+                raise KVTransferError(
+                    f"Decode handshake failed for request {who} with exception cannot reach "
+                    f"the bootstrap server http://{addr}: {exc}"
+                ) from None
+            if status == 200:
+                return
+            if status == 204:
+                continue
+            try:
+                reason = str(json.loads(body).get("error", ""))
+            except (ValueError, AttributeError):
+                reason = body.decode("utf-8", "replace")[:200]
+            raise KVTransferError(
+                f"Decode transfer failed for request {who} with exception {reason or status}"
+            )
 
 
 # ----------------------------------------------------------------------------------------
 # HTTP
 # ----------------------------------------------------------------------------------------
 class State:
-    def __init__(self, cfg: SimConfig, log: Log) -> None:
+    def __init__(self, cfg: SimConfig, log: Log, argv: Sequence[str] = ()) -> None:
         self.cfg = cfg
         self.log = log
+        self.argv = list(argv)
         self.ready = False
+        self.started = time.monotonic()
+        self.startup_time = 0.0
         self.engine = Engine(cfg, log)
+        self.pd = cfg.disaggregation_mode in ("prefill", "decode")
+        self.fake_transfer = cfg.disaggregation_transfer_backend == "fake"
+        self.rooms = KVRooms(_env_seconds("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300.0))
+        self.receiver = KVReceiver(_env_seconds("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300.0))
 
 
 STATE_KEY = web.AppKey("state", State)
@@ -556,23 +784,108 @@ async def models(request: web.Request) -> web.Response:
     )
 
 
+def _cuda_graph_bs(info: dict[str, Any], cfg: SimConfig) -> list[int]:
+    """Decode CUDA-graph batch sizes captured (SGLang's list: 1, 2, 4, then steps of 8)."""
+    if cfg.disaggregation_mode == "prefill" or not pm.uses_cuda_graph(cfg, 1):
+        return []
+    sizes = info.get("cuda_graph_bs_decode")  # the resolved list (perf_model.resolve)
+    if isinstance(sizes, list) and sizes:
+        return [int(b) for b in sizes]
+    top = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))
+    if not isinstance(top, int) or isinstance(top, bool) or top <= 0:
+        return []
+    return [b for b in (1, 2, 4) if b <= top] + list(range(8, top + 1, 8))
+
+
+def _server_info(st: State) -> dict[str, Any]:
+    """``GET /server_info`` of SGLang 0.5.23: the resolved ServerArgs fields, the launch
+    command, the scheduler's start-up info, ``internal_states`` (one per DP rank: the
+    resolved fields again plus live scheduler state), ``version`` and ``frontend``."""
+    cfg, eng = st.cfg, st.engine
+    resolved = dict(pm.resolve(cfg))
+    slots = pm.kv_slots(cfg)
+    total_tokens = max(1, slots) * SLOT_TOKENS
+    context = resolved.get("context_length")
+    max_input = min(
+        (int(context) if isinstance(context, int) else total_tokens) - 1, total_tokens - 1
+    )
+    weights_gb = pm._weights_bytes_per_gpu(cfg, pm.checkpoint_of(cfg)) / 2**30
+    state: dict[str, Any] = {
+        **resolved,
+        "world_size": cfg.tp_size,
+        "startup_time": st.startup_time,
+        "effective_max_running_requests_per_dp": max(1, pm.running_cap(cfg)),
+        "last_gen_throughput": round(eng.gen_throughput(), 3),
+        "memory_usage": {
+            "weight": round(weights_gb, 3),
+            "kvcache": round(pm.kv_pool_bytes(cfg) / 2**30, 3),
+            "startup_available": round(pm.GPU_MEM_BYTES / 2**30 - 0.6, 3),
+            "token_capacity": total_tokens,
+            "token_capacity_swa": None,
+            "graph": {},
+        },
+        "disaggregation_mode": cfg.disaggregation_mode,
+        "decode_cuda_graph_bs": _cuda_graph_bs(resolved, cfg),
+        "decode_cuda_graph_memory_gb": 0.0,
+    }
+    if cfg.speculative_algorithm and eng.accept_slots:
+        state["avg_spec_accept_length"] = eng.accept_tokens / eng.accept_slots
+    return {
+        **resolved,
+        "launch_command": shlex.join(st.argv),
+        "status": "ready",
+        "max_total_num_tokens": total_tokens,
+        "max_req_input_len": max_input,
+        "startup_time": st.startup_time,
+        "hicache_object_layout": None,
+        "kv_events": None,
+        "internal_states": [state],
+        "version": pm.SGLANG_VERSION,
+        "frontend": "python",
+    }
+
+
 async def server_info(request: web.Request) -> web.Response:
+    return web.json_response(_server_info(_state(request)))
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    _state(request).log.warning(
+        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+        "Please use '/server_info' instead."
+    )
+    return await server_info(request)
+
+
+async def model_info(request: web.Request) -> web.Response:
+    """``GET /model_info`` (the router reads it when it registers a worker)."""
     st = _state(request)
-    info = dict(pm.resolve(st.cfg))
-    info["version"] = pm.SGLANG_VERSION
-    eng = st.engine
-    info["internal_states"] = [
+    return web.json_response(
         {
-            "avg_spec_accept_length": eng.accept_tokens / eng.accept_slots
-            if eng.accept_slots
-            else None,
-            "last_gen_throughput": eng.gen_throughput(),
-            "effective_max_running_requests": eng.cap,
-            "allreduce": pm.allreduce_path(st.cfg),
-            "silent_rewrites": pm.silent_rewrites(st.cfg),
+            "model_path": st.cfg.model_path,
+            "served_model_name": st.engine.model_name,
+            "tokenizer_path": st.cfg.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": st.cfg.disaggregation_mode,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "deepseek_v4",
+            "architectures": ["DeepseekV4ForCausalLM"],
         }
-    ]
-    return web.json_response(info)
+    )
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    _state(request).log.warning(
+        "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+        "Please use '/model_info' instead."
+    )
+    return await model_info(request)
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -669,22 +982,43 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         include_usage=include_usage,
         model=model,
     )
+    room = body.get("bootstrap_room")
+    if st.pd:
+        if room is None and not st.fake_transfer:
+            # srt/managers/scheduler.py: a PD server refuses a request without a room
+            message = (
+                "Invalid request: Disaggregated request received without bootstrap room id. "
+                f"req.rid={req.rid!r}"
+            )
+            st.log.error_lines([message])
+            return await _abort(request, req, message, 400)
+        if room is not None and (isinstance(room, bool) or not isinstance(room, int)):
+            return _error(400, "bootstrap_room must be an integer")
+    room_id = room if isinstance(room, int) and not isinstance(room, bool) else None
+    transfer = (
+        st.pd
+        and room_id is not None
+        and not st.fake_transfer
+        and body.get("bootstrap_host") != FAKE_BOOTSTRAP_HOST
+    )
+    if st.cfg.disaggregation_mode == "prefill":
+        return await _serve_prefill(request, st, req, room_id if transfer else None)
     if stream:
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        fast = request.version == HttpVersion11
-        if fast:
-            resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        req.resp = resp
-        if fast:
-            # headers must be on the wire before we write chunks to the socket ourselves
-            writer = getattr(resp, "_payload_writer", None)
-            send_headers = getattr(writer, "send_headers", None)
-            if callable(send_headers):
-                send_headers()
-            req.transport = request.transport  # type: ignore[assignment]
+        await _prepare_stream(request, req)
+    if transfer and room_id is not None and st.cfg.disaggregation_mode == "decode":
+        host = body.get("bootstrap_host")
+        port = body.get("bootstrap_port") or st.cfg.disaggregation_bootstrap_port
+        try:
+            if not isinstance(host, str) or not host or not isinstance(port, int):
+                raise KVTransferError(
+                    f"Decode handshake failed for request rank=0 decode_req.req.rid={req.rid!r} "
+                    f"decode_req.req.bootstrap_room={room} with exception no bootstrap "
+                    f"address (bootstrap_host={host!r}, bootstrap_port={port!r})"
+                )
+            await st.receiver.receive(host=host, port=port, room=room_id, rid=req.rid)
+        except KVTransferError as exc:
+            st.log.error_lines([str(exc)])
+            return await _abort(request, req, str(exc), 500)
     if max_tokens == 0:
         req.done.set_result(None)
     else:
@@ -696,6 +1030,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         if not req.done.done():
             req.done.set_result(None)
         raise
+    st.engine.finished(req)
     if stream:
         assert req.resp is not None
         try:
@@ -705,6 +1040,118 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             pass
         return req.resp
     return web.json_response(req.body())
+
+
+async def _prepare_stream(request: web.Request, req: Req) -> None:
+    """Send the SSE headers; on HTTP/1.1 the engine then writes chunks to the socket."""
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    fast = request.version == HttpVersion11
+    if fast:
+        resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    req.resp = resp
+    if fast:
+        # headers must be on the wire before we write chunks to the socket ourselves
+        writer = getattr(resp, "_payload_writer", None)
+        send_headers = getattr(writer, "send_headers", None)
+        if callable(send_headers):
+            send_headers()
+        req.transport = request.transport  # type: ignore[assignment]
+
+
+async def _serve_prefill(
+    request: web.Request, st: State, req: Req, room: int | None
+) -> web.StreamResponse:
+    """A prefill server's answer: the forward, then the room's KV is ready for the decode;
+    the response (sent once the forward is done, like SGLang's) carries the first token
+    and ``finish_reason: length``."""
+    if room is not None:
+        st.rooms.expect(room)
+    delivered = False
+    try:
+        if req.max_tokens == 0:
+            req.done.set_result(None)
+        else:
+            st.engine.submit(req)
+        try:
+            await req.done
+        except asyncio.CancelledError:
+            req.finish = "abort"
+            if not req.done.done():
+                req.done.set_result(None)
+            raise
+        if room is not None and req.finish != "abort":
+            st.rooms.ready(room, {"room": room, "prompt_tokens": req.n_prompt})
+            delivered = True
+    finally:
+        if room is not None and not delivered:
+            st.rooms.fail(
+                room,
+                f"Prefill transfer failed for request rank=0 req.rid={req.rid!r} "
+                f"req.bootstrap_room={room}: the request was aborted",
+            )
+    st.engine.finished(req)
+    if not req.stream:
+        return web.json_response(req.body())
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+    text = "".join(req.parts)
+    try:
+        await resp.write((req.chunk(text) if text else b"") + req.final_chunks())
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass
+    return resp
+
+
+async def _abort(request: web.Request, req: Req, message: str, status: int) -> web.StreamResponse:
+    """A request SGLang's scheduler aborts with an HTTP status (prepare_abort): a JSON error
+    with that status, or, on a stream, HTTP 200 with an error event (then usage, [DONE])."""
+    if not req.stream:
+        if req.kind == "generate":
+            key = "error" if status == 400 else "detail"
+            payload: Any = {"message": message} if status == 400 else message
+            return web.json_response({key: payload}, status=status)
+        err_type = "BadRequestError" if status == 400 else str(status)
+        return web.json_response(
+            {"object": "error", "message": message, "type": err_type, "param": None,
+             "code": status},
+            status=status,
+        )  # fmt: skip
+    if req.resp is None:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        req.resp = resp
+    name = "BAD_REQUEST" if status == 400 else "INTERNAL_SERVER_ERROR"
+    events: list[Any] = []
+    if req.kind == "generate":
+        finish = {"type": "abort", "message": message, "status_code": status, "err_type": None}
+        meta = {"id": req.rid, "finish_reason": finish, **req.usage()}
+        events.append({"text": "", "output_ids": [], "meta_info": meta})
+    else:
+        events.append(
+            {"error": {"object": "error", "message": message, "type": name, "param": None,
+                       "code": status}}
+        )  # fmt: skip
+        if req.include_usage:
+            obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+            events.append(
+                {"id": req.rid, "object": obj, "created": req.created, "model": req.model,
+                 "choices": [], "usage": req.usage()}
+            )  # fmt: skip
+    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    try:
+        await req.resp.write(data + b"data: [DONE]\n\n")
+        await req.resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass
+    return req.resp
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -726,7 +1173,9 @@ def build_app(state: State) -> web.Application:
     app.router.add_get("/health_generate", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/server_info", server_info)
-    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/get_server_info", get_server_info)
+    app.router.add_get("/model_info", model_info)
+    app.router.add_get("/get_model_info", get_model_info)
     app.router.add_post("/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/completions", completions)
@@ -748,9 +1197,33 @@ def _log_startup(cfg: SimConfig, log: Log) -> None:
     log.info(f"Load weight begin. avail mem={pm.GPU_MEM_BYTES / 2**30 - 0.6:.2f} GB", tp=True)
 
 
-async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
-    """Listen at once (503 while 'loading'), then fail or become ready; run until SIGTERM."""
-    state = State(cfg, log)
+class _QuietProbes(logging.Filter):
+    """Drop aiohttp's traceback for the router's HTTP/2 probe (it tries gRPC first: the
+    request line ``PRI * HTTP/2.0`` is answered 400, which is what the router expects)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, BadHttpMessage) and "PRI" in str(exc))
+
+
+def _bind_error(log: Log, exc: OSError, host: str, port: int) -> None:
+    log.error_lines(
+        [
+            f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
+            f"address ('{host}', {port}): address already in use"
+        ]
+    )
+
+
+async def serve(
+    cfg: SimConfig, log: Log, *, stream_interval: int = 1, argv: Sequence[str] = ()
+) -> int:
+    """Listen at once (503 while 'loading'), then fail or become ready; run until SIGTERM.
+
+    A prefill server (``--disaggregation-mode prefill``) also runs its bootstrap server on
+    ``--disaggregation-bootstrap-port`` (same host), where decode servers fetch the KV."""
+    logging.getLogger("aiohttp.server").addFilter(_QuietProbes())
+    state = State(cfg, log, argv)
     state.engine.stream_interval = stream_interval
     # Stop within a second when told (like SGLang): open streams are cut, not awaited.
     runner = web.AppRunner(
@@ -761,18 +1234,37 @@ async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
         handler_cancellation=True,  # a client that gave up frees its engine slot
     )
     await runner.setup()
+    runners = [runner]
+
+    async def cleanup() -> None:
+        await state.receiver.close()
+        for r in reversed(runners):
+            await r.cleanup()
+
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024)
     try:
         await site.start()
     except OSError as exc:
-        log.error_lines(
-            [
-                f"ERROR: [Errno {exc.errno}] error while attempting to bind on "
-                f"address ('{cfg.host}', {cfg.port}): address already in use"
-            ]
-        )
-        await runner.cleanup()
+        _bind_error(log, exc, cfg.host, cfg.port)
+        await cleanup()
         return 1
+    if cfg.disaggregation_mode == "prefill" and not state.fake_transfer:
+        boot = web.AppRunner(
+            build_bootstrap_app(state.rooms),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            handler_cancellation=True,
+        )
+        await boot.setup()
+        runners.append(boot)
+        port = cfg.disaggregation_bootstrap_port
+        try:
+            await web.TCPSite(boot, cfg.host, port, backlog=1024).start()
+        except OSError as exc:
+            _bind_error(log, exc, cfg.host, port)
+            await cleanup()
+            return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -781,7 +1273,7 @@ async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=cfg.sim_load_seconds)
     if stop.is_set():
-        await runner.cleanup()
+        await cleanup()
         return 0
     failure = pm.startup_failure(cfg)
     weights = pm._weights_bytes_per_gpu(cfg, pm.checkpoint_of(cfg)) / 2**30
@@ -793,7 +1285,7 @@ async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
     )
     if failure is not None:
         log.error_lines(failure.lines)
-        await runner.cleanup()
+        await cleanup()
         return failure.exit_code
     slots = pm.kv_slots(cfg)
     log.info(
@@ -802,14 +1294,14 @@ async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
         tp=True,
     )
     info = pm.resolve(cfg)
-    if cfg.disaggregation_mode != "prefill" and not cfg.disable_cuda_graph:
+    if cfg.disaggregation_mode != "prefill" and pm.uses_cuda_graph(cfg, 1):
         log.info(
             f"Capture cuda graph begin. This can take up to several minutes. avail mem="
             f"{(1 - float(info['mem_fraction_static'])) * pm.GPU_MEM_BYTES / 2**30:.2f} GB",  # type: ignore[arg-type]
             tp=True,
         )
         log.info(
-            f"Capture cuda graph end. Time elapsed: 0.01 s. bs=[1..{info['cuda_graph_max_bs']}]",
+            f"Capture cuda graph end. Time elapsed: 0.01 s. bs={_cuda_graph_bs(dict(info), cfg)}",
             tp=True,
         )
     log.info(
@@ -820,12 +1312,13 @@ async def serve(cfg: SimConfig, log: Log, *, stream_interval: int = 1) -> int:
         tp=True,
     )
     engine_task = asyncio.create_task(state.engine.run())
+    state.startup_time = time.monotonic() - state.started
     state.ready = True
     log.info(f"Uvicorn running on http://{cfg.host}:{cfg.port} (Press CTRL+C to quit)")
     log.info("The server is fired up and ready to roll!")
     await stop.wait()
     engine_task.cancel()
-    await runner.cleanup()
+    await cleanup()
     return 0
 
 
@@ -838,7 +1331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error_lines(failure.lines)
         return failure.exit_code
     stream_interval = max(1, build_parser().parse_args(args).stream_interval)
-    return asyncio.run(serve(cfg, log, stream_interval=stream_interval))
+    return asyncio.run(serve(cfg, log, stream_interval=stream_interval, argv=args))
 
 
 if __name__ == "__main__":

@@ -598,6 +598,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _sim_command(mode: str) -> list[str]:
+    # The fake KV transfer backend (SGLang's --disaggregation-transfer-backend fake): the
+    # namespaces reach the root namespace but not each other (no IP forwarding), so the
+    # decode could not fetch the KV from the prefill's bootstrap server; with fake, it does
+    # not wait for it (the router still waits for the prefill's answer before it streams).
     return [
         sys.executable,
         "-m",
@@ -610,6 +614,8 @@ def _sim_command(mode: str) -> list[str]:
         "4",
         "--disaggregation-mode",
         mode,
+        "--disaggregation-transfer-backend",
+        "fake",
         "--host",
         "${host}",
         "--port",
@@ -670,12 +676,12 @@ def write_sim_pd_files(
                 "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
                 "info_url": "http://${host}:${port}/server_info",
             },
-            "router": {
+            "router": {  # the real SGLang PD router, flags as in sim-dsv4-flash-pd.yaml
                 "manager": "local",
                 "command": [
                     sys.executable,
                     "-m",
-                    "autotune.sim.router",
+                    "sglang_router.launch_router",
                     "--pd-disaggregation",
                     "--prefill",
                     "http://${prefill.host}:${prefill.port}",
@@ -686,10 +692,25 @@ def write_sim_pd_files(
                     "${host}",
                     "--port",
                     "${port}",
+                    "--prometheus-host",
+                    "${host}",
+                    "--prometheus-port",
+                    "${ports.prometheus}",
+                    "--log-level",
+                    "warn",
+                    "--disable-circuit-breaker",
+                    "--disable-retries",
+                    "--disable-health-check",
+                    "--worker-startup-check-interval",
+                    "1",
+                    "--shutdown-grace-period-secs",
+                    "1",
                 ],
+                "env": {"HF_ENDPOINT": "http://127.0.0.1:9"},
                 "host": "127.0.0.1",
                 "port": "auto",
-                "health": {"url": "http://${host}:${port}/health", "timeout_s": 30},
+                "ports": {"prometheus": "auto"},
+                "health": {"url": "http://${host}:${port}/readiness", "timeout_s": 30},
             },
         },
     }

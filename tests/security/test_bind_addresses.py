@@ -1,9 +1,13 @@
 """Every server autotune starts listens on loopback unless told otherwise.
 
-The simulated servers and router are started for real, without ``--host`` (their default
-must be 127.0.0.1) and with ``--host 127.0.0.2`` (an explicit address is honoured; a second
-loopback address keeps the test off the network). The listening socket's address is read
-from ``/proc/net/tcp``. The bundled simulated deployments must render loopback addresses.
+The simulated servers are started for real, without ``--host`` (their default must be
+127.0.0.1) and with ``--host 127.0.0.2`` (an explicit address is honoured; a second
+loopback address keeps the test off the network); a prefill's KV bootstrap server listens on
+the same address. The real SGLang router (sglang-router) binds 0.0.0.0 by default, for its
+API and its Prometheus exporter alike, so the bundled deployments pass ``--host`` and
+``--prometheus-host``: with them it listens on that address only. The listening socket's
+address is read from ``/proc/net/tcp``. The bundled simulated deployments must render
+loopback addresses.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(args: list[str], port: int) -> Iterator[set[str]]:
-    """Run ``python -m ARGS`` until it listens on ``port``; yield the listening addresses."""
+def serving(args: list[str], port: int, *also: int) -> Iterator[set[str]]:
+    """Run ``python -m ARGS`` until it listens on ``port`` (and the ports ``also``); yield
+    the addresses listening on any of them."""
     env = {**os.environ, "AUTOTUNE_SIM_LOAD_SECONDS": "0.05"}
     proc = subprocess.Popen(
         [sys.executable, "-m", *args],
@@ -50,30 +55,45 @@ def serving(args: list[str], port: int) -> Iterator[set[str]]:
         text=True,
     )
     try:
-        yield wait_listening(proc, port, what=args[0], timeout_s=20)
+        addrs = set()
+        for p in (port, *also):
+            addrs |= wait_listening(proc, p, what=args[0], timeout_s=20)
+        yield addrs
     finally:
         stop(proc)
 
 
 SERVER = ["autotune.sim.server", "--model-path", "/models/DeepSeek-V4-Flash", "--tp-size", "4"]
 ROUTER = [
-    "autotune.sim.router",
+    "sglang_router.launch_router",
     "--pd-disaggregation",
     "--prefill",
     "http://127.0.0.1:9",
     "--decode",
     "http://127.0.0.1:9",
+    "--disable-health-check",
 ]
 
 
-@pytest.mark.parametrize("program", [SERVER, ROUTER], ids=["server", "router"])
-def test_simulated_servers_bind_loopback_by_default(program: list[str]) -> None:
-    port = free_port()
-    with serving([*program, "--port", str(port)], port) as addrs:
-        assert addrs == {LOOPBACK}
-    port = free_port()
-    with serving([*program, "--port", str(port), "--host", "127.0.0.2"], port) as addrs:
-        assert addrs == {SECOND_LOOPBACK}  # control: the address is really the flag's
+@pytest.mark.parametrize("mode", ["null", "prefill"])
+def test_simulated_servers_bind_loopback_by_default(mode: str) -> None:
+    program = [*SERVER, "--disaggregation-mode", mode]
+    for host, expected in ((None, LOOPBACK), ("127.0.0.2", SECOND_LOOPBACK)):
+        port, bootstrap = free_port(), free_port()
+        args = [*program, "--port", str(port), "--disaggregation-bootstrap-port", str(bootstrap)]
+        args += ["--host", host] if host else []
+        also = (bootstrap,) if mode == "prefill" else ()
+        with serving(args, port, *also) as addrs:
+            assert addrs == {expected}  # 127.0.0.2: the address is really the flag's
+
+
+def test_router_binds_the_given_addresses_only() -> None:
+    """The real router with the bundled deployments' --host and --prometheus-host."""
+    port, prometheus = free_port(), free_port()
+    args = [*ROUTER, "--port", str(port), "--prometheus-port", str(prometheus)]
+    args += ["--host", "127.0.0.2", "--prometheus-host", "127.0.0.2"]
+    with serving(args, port, prometheus) as addrs:
+        assert addrs == {SECOND_LOOPBACK}
 
 
 @pytest.mark.parametrize(
@@ -88,6 +108,8 @@ def test_bundled_simulated_deployments_render_loopback(path: Path, tmp_path: Pat
         argv = list(spec.argv)
         assert spec.host == "127.0.0.1", name
         assert argv[argv.index("--host") + 1] == "127.0.0.1", name
+        if "sglang_router.launch_router" in argv:  # its exporter's default is 0.0.0.0
+            assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1", name
         assert spec.health_url.startswith("http://127.0.0.1:"), name
     for name, host in deployment.hosts.items():
         assert host.address == "127.0.0.1", name

@@ -42,7 +42,7 @@ OOM = {
     "speculative": "eagle",
     "speculative_num_steps": 4,
     "mem_fraction_static": 0.95,
-    "cuda_graph_max_bs": 256,
+    "cuda_graph_max_bs_decode": 256,
 }
 
 
@@ -99,7 +99,9 @@ def _write_study(tmp: Path, lab: object | None, key_file: Path) -> Path:
     if lab is not None:
         server = lab.servers["loopback"]  # type: ignore[attr-defined]
         host.update(port=server.port, known_hosts=str(lab.known_hosts))  # type: ignore[attr-defined]
+        # over SSH: fixed ports (its KV bootstrap server's too)
         prefill.update(on="gpu", manager="process", port=_free_port())
+        prefill["ports"] = {"bootstrap": _free_port()}
     dep["hosts"] = {"gpu": host}
     (tmp / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
     study = yaml.safe_load(E2E_STUDY.read_text())

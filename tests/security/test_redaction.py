@@ -21,6 +21,7 @@ import httpx
 import optuna
 import yaml
 
+from autotune.engines import available_manifests, load_manifest
 from autotune.launch import LocalLauncher
 from autotune.secrets import (
     REDACTED,
@@ -32,7 +33,6 @@ from autotune.secrets import (
     scrub_text,
     secret_values,
 )
-from autotune.engines import available_manifests, load_manifest
 from autotune.specs import ServiceSpec
 from autotune.study.progress import PlainProgress, TrialReport
 from autotune.study.record import LOG_TAIL_CHARS, TrialOutcome, fail_trial, finish_trial

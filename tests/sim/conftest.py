@@ -23,10 +23,44 @@ FAST_LEVERS: dict[str, object] = {
     "moe_runner_backend": "flashinfer_cutlass",
     "checkpoint": "nvfp4",
     "speculative": "off",
-    "cuda_graph_max_bs": 16,
-    "static_kv_splits": True,
-    "triton_attention_num_kv_splits": 4,
+    "cuda_graph_max_bs_decode": 16,
+    "sm120_flashmla_backend": "flashinfer",
+    "sm120_direct_swa_kv": True,
 }
+
+
+ROUTER_MODULE = "sglang_router.launch_router"
+
+
+def router_argv(
+    prefill: str, decode: str, bootstrap: int | None, *, port: int, prometheus: int
+) -> list[str]:
+    """The real router's flags as the bundled sim deployment gives them."""
+    return [
+        "--pd-disaggregation",
+        "--prefill",
+        prefill,
+        str(bootstrap) if bootstrap is not None else "none",
+        "--decode",
+        decode,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(prometheus),
+        "--log-level",
+        "warn",
+        "--disable-circuit-breaker",
+        "--disable-retries",
+        "--disable-health-check",
+        "--worker-startup-check-interval",
+        "1",
+        "--shutdown-grace-period-secs",
+        "1",
+    ]
 
 
 def free_port() -> int:
@@ -43,6 +77,8 @@ class Proc:
     ) -> None:
         self.out = log_dir / f"{name}.out"
         self.err = log_dir / f"{name}.err"
+        self.bootstrap_port: int | None = None
+        """A prefill server's --disaggregation-bootstrap-port (its KV bootstrap server)."""
         full_env = {**os.environ, "AUTOTUNE_SIM_LOAD_SECONDS": "0.2", **env}
         self.t_start = time.monotonic()
         with self.out.open("wb") as out, self.err.open("wb") as err:
@@ -56,13 +92,13 @@ class Proc:
     def log(self) -> str:
         return self.out.read_text() + self.err.read_text()
 
-    def wait_ready(self, url: str, timeout: float = 15.0) -> None:
+    def wait_ready(self, url: str, timeout: float = 15.0, path: str = "/health") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
                 raise AssertionError(f"exited {self.popen.returncode}:\n{self.log()}")
             try:
-                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                if httpx.get(url + path, timeout=1.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -92,34 +128,40 @@ class Launcher:
         env: Mapping[str, str] | None = None,
         extra: Sequence[str] = (),
         name: str = "server",
+        direct: bool = True,
     ) -> tuple[Proc, str]:
+        """A simulated server on a free port. ``direct``: a PD server (prefill/decode) with
+        ``--disaggregation-transfer-backend fake``, which serves requests sent to it
+        directly (no bootstrap room, no prefill); otherwise it speaks the PD protocol (a
+        prefill gets a free bootstrap port: ``proc.bootstrap_port``)."""
         port = free_port()
         argv, lever_env = levers_to_command(levers, mode=mode, port=port)
+        pd: list[str] = []
+        if mode in ("prefill", "decode") and direct:
+            pd = ["--disaggregation-transfer-backend", "fake"]
+        bootstrap = free_port() if mode == "prefill" and not direct else None
+        if bootstrap is not None:
+            pd = ["--disaggregation-bootstrap-port", str(bootstrap)]
         proc = Proc(
             "autotune.sim.server",
-            [*argv, *extra],
+            [*argv, *pd, *extra],
             {**lever_env, **(env or {})},
             self.log_dir,
             f"{name}-{port}",
         )
+        proc.bootstrap_port = bootstrap
         self.procs.append(proc)
         return proc, f"http://127.0.0.1:{port}"
 
-    def router(self, prefill: str, decode: str) -> tuple[Proc, str]:
+    def router(
+        self, prefill: str, decode: str, bootstrap: int | None, *extra: str
+    ) -> tuple[Proc, str]:
+        """The real SGLang PD router (sglang-router) in front of ``prefill`` and ``decode``;
+        wait for it with ``wait_ready(url, path="/readiness")``."""
         port = free_port()
-        argv = [
-            "--pd-disaggregation",
-            "--prefill",
-            prefill,
-            "8998",
-            "--decode",
-            decode,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
-        proc = Proc("autotune.sim.router", argv, {}, self.log_dir, f"router-{port}")
+        argv = router_argv(prefill, decode, bootstrap, port=port, prometheus=free_port())
+        env = {"HF_ENDPOINT": "http://127.0.0.1:9"}  # no tokenizer download (the launchers')
+        proc = Proc(ROUTER_MODULE, [*argv, *extra], env, self.log_dir, f"router-{port}")
         self.procs.append(proc)
         return proc, f"http://127.0.0.1:{port}"
 
@@ -171,6 +213,7 @@ def closed_loop(
     """
     prompt = " ".join(["word"] * input_len)
     body = {
+        "model": "deepseek-ai/DeepSeek-V4-Flash",  # the real router requires it
         "prompt": prompt,
         "max_tokens": output_len,
         "ignore_eos": True,

@@ -22,7 +22,8 @@ NO_NOISE = {"AUTOTUNE_SIM_NOISE": "0"}
 
 @pytest.fixture(scope="module")
 def fast(launcher: Launcher) -> str:
-    """A fast, correct decode server (PD decode mode, accepts requests directly)."""
+    """A fast, correct decode server (PD decode mode with the fake transfer backend, which
+    serves requests sent to it directly: no bootstrap room, no prefill)."""
     proc, url = launcher.server(FAST_LEVERS, env=NO_NOISE, name="fast")
     proc.wait_ready(url)
     return url
@@ -132,7 +133,7 @@ def test_generate_and_bad_requests(fast: str) -> None:
 def test_info_endpoints_show_silent_rewrite(fast: str) -> None:
     for path in ("/server_info", "/get_server_info"):
         info = httpx.get(fast + path).json()
-        assert info["disable_custom_all_reduce"] is True  # not asked for: TP4 over PCIe
+        assert info["disable_custom_all_reduce"] is False  # kept; unused at TP4 over PCIe
         assert info["page_size"] == 256 and info["attention_backend"] == "dsv4"
         assert info["moe_runner_backend"] == "flashinfer_cutlass"
         assert "version" in info
@@ -142,10 +143,35 @@ def test_info_endpoints_show_silent_rewrite(fast: str) -> None:
     assert httpx.get(fast + "/health_generate").status_code == 200
 
 
-def test_metrics_names(fast: str) -> None:
+def test_server_info_is_0_5_23s(fast: str) -> None:
+    """/server_info as SGLang 0.5.23 returns it (srt/entrypoints/http_server.py): the
+    resolved fields, launch_command, the scheduler's info, internal_states, version."""
+    info = httpx.get(fast + "/server_info").json()
+    assert info["version"] == pm.SGLANG_VERSION == "0.5.23"
+    assert info["frontend"] == "python" and info["status"] == "ready"
+    assert "--disaggregation-mode decode" in info["launch_command"]
+    assert info["max_total_num_tokens"] > 0 and "startup_time" in info
+    (state,) = info["internal_states"]
+    cfg = config_from_levers(FAST_LEVERS, mode="decode")
+    assert state["effective_max_running_requests_per_dp"] == pm.running_cap(cfg)
+    assert {"last_gen_throughput", "memory_usage", "world_size"} <= set(state)
+    assert state["disaggregation_mode"] == "decode" and state["world_size"] == 4
+    assert state["moe_runner_backend"] == info["moe_runner_backend"]  # resolved fields too
+    assert "avg_spec_accept_length" not in state  # no speculative decoding here
+    model = httpx.get(fast + "/model_info").json()
+    assert model["served_model_name"] == "deepseek-ai/DeepSeek-V4-Flash"
+    assert model["is_generation"] is True and model["disaggregation_mode"] == "decode"
+    assert httpx.get(fast + "/get_model_info").json() == model
+
+
+def test_metrics_names_and_labels(fast: str) -> None:
+    """Names, labels and format of SGLang's collectors (srt/observability/
+    metrics_collector.py): scheduler gauges labelled model_name, engine_type, tp_rank,
+    pp_rank, moe_ep_rank; tokenizer series model_name, engine_type (+ is_streaming)."""
     httpx.post(fast + "/v1/completions", json={"prompt": "m", "max_tokens": 2}, timeout=10)
     body = httpx.get(fast + "/metrics").text
-    label = 'model_name="deepseek-ai/DeepSeek-V4-Flash"'
+    model = 'model_name="deepseek-ai/DeepSeek-V4-Flash"'
+    sched = f'{{engine_type="decode",{model},moe_ep_rank="0",pp_rank="0",tp_rank="0"}}'
     for name in (
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",
@@ -153,18 +179,26 @@ def test_metrics_names(fast: str) -> None:
         "sglang:gen_throughput",
         "sglang:spec_accept_length",
     ):
-        assert f"# TYPE {name} gauge" in body and f"{name}{{{label}}}" in body
-    for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"):
-        assert f"# TYPE {name} counter" in body
-    for name in ("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"):
+        assert f"# TYPE {name} gauge" in body and f"{name}{sched} " in body
+    plain = f'{{engine_type="decode",is_streaming="false",{model}}}'
+    for name in (
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:num_requests_total",
+    ):
+        assert f"# TYPE {name} counter" in body and f"{name}{plain} " in body
+    for name in ("sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds"):
         assert f"# TYPE {name} histogram" in body
-        assert f'{name}_bucket{{{label},le="+Inf"}}' in body and f"{name}_count" in body
+        bucket = f'{name}_bucket{{engine_type="decode",is_streaming="false",le="+Inf",{model}}}'
+        assert bucket in body and f"{name}_count{plain} " in body
+    itl = 'sglang:inter_token_latency_seconds_bucket{engine_type="decode",le="+Inf",'
+    assert itl in body
     gen = [ln for ln in body.splitlines() if ln.startswith("sglang:generation_tokens_total{")][0]
     assert float(gen.split()[-1]) >= 2
 
 
 def test_oom_config_exits_with_the_oom_line(launcher: Launcher) -> None:
-    levers = {**BASELINE, "mem_fraction_static": 0.95, "cuda_graph_max_bs": 256}
+    levers = {**BASELINE, "mem_fraction_static": 0.95, "cuda_graph_max_bs_decode": 256}
     proc, url = launcher.server(levers, name="oom")
     t0 = time.monotonic()
     rc = proc.popen.wait(timeout=10)
@@ -180,17 +214,26 @@ def test_runner_checkpoint_mismatch_refuses_to_start(launcher: Launcher) -> None
     levers = {**BASELINE, "moe_runner_backend": "flashinfer_cutlass", "checkpoint": "mxfp4"}
     proc, _ = launcher.server(levers, name="mismatch")
     assert proc.popen.wait(timeout=10) == 1
-    assert "ValueError: moe_runner_backend 'flashinfer_cutlass' requires" in proc.log()
+    assert "FlashInfer Cutlass MOE supports only: 'modelopt_fp4'" in proc.log()
 
 
 def test_unknown_flag_exits_2() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "autotune.sim.server", "--model-path", "/m", "--tp", "4"],
+        [
+            sys.executable,
+            "-m",
+            "autotune.sim.server",
+            "--model-path",
+            "/m",
+            "--cuda-graph-max-bs",
+            "8",
+        ],
         capture_output=True,
         text=True,
         timeout=10,
     )
-    assert r.returncode == 2 and "unrecognized arguments: --tp" in r.stderr
+    # removed in SGLang 0.5.20, now an ambiguous prefix of -decode/-prefill (DOMAIN.md §2)
+    assert r.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in r.stderr
 
 
 def test_port_in_use_fails(launcher: Launcher, fast: str) -> None:
