@@ -94,6 +94,7 @@ class Req:
     """One generation request, from arrival to its last written chunk."""
 
     __slots__ = (
+        "seeded",
         "rid",
         "kind",
         "key",
@@ -132,6 +133,9 @@ class Req:
         model: str,
     ) -> None:
         self.rid = uuid.uuid4().hex
+        self.seeded: bool | None = None
+        """Decode: whether the prefill handed over draft state (ran EAGLE too); None: this
+        server prefilled the request itself."""
         self.kind = kind
         self.key = text.prompt_key(prompt)
         self.n_prompt = text.prompt_tokens(prompt)
@@ -272,6 +276,11 @@ class Engine:
         self.cap = max(1, pm.running_cap(cfg)) if self.mode != "prefill" else 1
         self.wrong = pm.serves_wrong_text(cfg)
         self.accept = pm.accept_probabilities(cfg)
+        self.accept_seeded = pm.accept_probabilities(cfg, seeded=True)
+        self.accept_unseeded = pm.accept_probabilities(cfg, seeded=False)
+        self.drafts = bool(self.accept_seeded)
+        """This server runs the speculative algorithm (a prefill then hands over its draft
+        state with the KV: disaggregation/prefill.py, speculative/eagle_disaggregation.py)."""
         self.chunk = int(pm.resolve(cfg)["chunked_prefill_size"])  # type: ignore[call-overload]
         seed = cfg.sim_seed if cfg.sim_seed is not None else int.from_bytes(os.urandom(8), "big")
         self.rng = random.Random(seed)
@@ -360,6 +369,11 @@ class Engine:
             req.prefilled += tokens
             if req.prefilled >= req.n_prompt:
                 self.queue.popleft()
+                if self.drafts:  # the MTP layer over the prompt and one draft step
+                    await self._sleep_until(
+                        loop.time()
+                        + pm.prefill_draft_seconds(self.cfg, req.n_prompt) * self._step_noise()
+                    )
                 await self._emit([req], prefill_only=True)
 
     async def _run_decode(self) -> None:
@@ -412,9 +426,16 @@ class Engine:
             tp=True,
         )
 
-    def _draw_tokens(self) -> int:
+    def _draw_tokens(self, req: Req) -> int:
+        accept = (
+            self.accept
+            if req.seeded is None
+            else self.accept_seeded
+            if req.seeded
+            else self.accept_unseeded
+        )
         n = 1
-        for a in self.accept:
+        for a in accept:
             if self.rng.random() >= a:
                 break
             n += 1
@@ -430,7 +451,7 @@ class Engine:
             if req.done.done():
                 continue
             left = req.max_tokens - req.generated
-            n = 1 if prefill_only else self._draw_tokens()
+            n = 1 if prefill_only else self._draw_tokens(req)
             if not prefill_only and self.accept:
                 self.accept_tokens += n
                 self.accept_slots += 1
@@ -683,8 +704,10 @@ class KVReceiver:
         if self._session is not None:
             await self._session.close()
 
-    async def receive(self, *, host: str, port: int, room: int, rid: str) -> None:
-        """Return once the room's KV is here; raise :class:`KVTransferError` otherwise."""
+    async def receive(self, *, host: str, port: int, room: int, rid: str) -> dict[str, Any]:
+        """The prefill's hand-over once the room's KV is here (what it sent along: whether
+        it ran the speculative algorithm, so the drafts start seeded); raise
+        :class:`KVTransferError` otherwise."""
         who = f"rank=0 decode_req.req.rid={rid!r} decode_req.req.bootstrap_room={room}"
         addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         loop = asyncio.get_running_loop()
@@ -713,7 +736,11 @@ class KVReceiver:
                     f"the bootstrap server http://{addr}: {exc}"
                 ) from None
             if status == 200:
-                return
+                try:
+                    info = json.loads(body)
+                except ValueError:
+                    info = {}
+                return info if isinstance(info, dict) else {}
             if status == 204:
                 continue
             try:
@@ -1015,7 +1042,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
                     f"decode_req.req.bootstrap_room={room} with exception no bootstrap "
                     f"address (bootstrap_host={host!r}, bootstrap_port={port!r})"
                 )
-            await st.receiver.receive(host=host, port=port, room=room_id, rid=req.rid)
+            handoff = await st.receiver.receive(host=host, port=port, room=room_id, rid=req.rid)
+            req.seeded = bool(handoff.get("draft_seeded", False))
         except KVTransferError as exc:
             st.log.error_lines([str(exc)])
             return await _abort(request, req, str(exc), 500)
@@ -1083,7 +1111,10 @@ async def _serve_prefill(
                 req.done.set_result(None)
             raise
         if room is not None and req.finish != "abort":
-            st.rooms.ready(room, {"room": room, "prompt_tokens": req.n_prompt})
+            st.rooms.ready(
+                room,
+                {"room": room, "prompt_tokens": req.n_prompt, "draft_seeded": st.engine.drafts},
+            )
             delivered = True
     finally:
         if room is not None and not delivered:

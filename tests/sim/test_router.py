@@ -231,3 +231,43 @@ def test_router_reports_a_dead_decode(pd: dict[str, object]) -> None:
     assert r.status_code == 502
     err = r.json()["error"]
     assert err["code"] == "decode_server_error" and "Decode server error" in err["message"]
+
+
+def _accept_length(decode_url: str) -> float:
+    info = httpx.get(decode_url + "/server_info", timeout=10).json()
+    [state] = info["internal_states"]
+    return float(state["avg_spec_accept_length"])
+
+
+def test_a_speculative_prefill_seeds_the_decode_drafts(launcher: Launcher) -> None:
+    """Decode-only speculation (prefill without EAGLE) is its own code path in SGLang: the
+    drafts start without the prompt's draft state (disaggregation/nixl/conn.py,
+    speculative/eagle_disaggregation.py), so fewer drafts are accepted; the prefill's
+    hand-over says which it was. Measured through the real router, one prefill of each."""
+    eagle = {**FAST_LEVERS, "speculative": "eagle", "speculative_num_steps": 3}
+    runs: dict[bool, float] = {}
+    for seeded in (True, False):
+        pre, pre_url = launcher.server(
+            {**eagle, "prefill_speculative": seeded},
+            mode="prefill",
+            env=NO_NOISE,
+            name=f"prefill-seeded-{seeded}",
+            direct=False,
+        )
+        dec, dec_url = launcher.server(
+            eagle, mode="decode", env=NO_NOISE, name=f"decode-seeded-{seeded}", direct=False
+        )
+        pre.wait_ready(pre_url)
+        dec.wait_ready(dec_url)
+        router, url = launcher.router(pre_url, dec_url, pre.bootstrap_port)
+        router.wait_ready(url, path="/readiness")
+        closed_loop(url, concurrency=8, requests=24, input_len=64, output_len=64)
+        runs[seeded] = _accept_length(dec_url)
+        for proc in (router, dec, pre):
+            proc.stop()
+    cfg = config_from_levers(eagle, mode="decode")
+    want = {s: pm.accept_length(cfg, seeded=s) for s in (True, False)}
+    assert want[True] > want[False] * 1.08  # control: the model tells them apart
+    for seeded, got in runs.items():
+        assert got == pytest.approx(want[seeded], rel=0.06), (seeded, runs, want)
+    assert runs[True] > runs[False]
