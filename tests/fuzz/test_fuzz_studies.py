@@ -17,6 +17,7 @@ import yaml
 from fuzz_support import REPO, Case, Corpus, assert_clear, properties, write
 
 from autotune.deployment import load_deployment
+from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.space import load_space
 from autotune.study.definition import OBJECTIVES, SAMPLERS, StudyDefinition, load_study_definition
@@ -51,7 +52,8 @@ def _exercise(definition: StudyDefinition, tmp: Path) -> None:
         grid=space.grid() if definition.sampler == "grid" else None,
         multi_objective=len(objective.directions) > 1,
     )
-    fake = SimpleNamespace(definition=definition, deployment=deployment)
+    engine = get_engine(space.model.engine.name, space.model.engine.version)
+    fake = SimpleNamespace(definition=definition, deployment=deployment, engine=engine)
     Tuner._load_spec(fake)  # type: ignore[arg-type]
 
 
