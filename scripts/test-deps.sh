@@ -42,9 +42,10 @@ for pin in "sglang 0.5.23" "sglang-router 0.3.2"; do
   start=$SECONDS
   lock=()
   command -v flock >/dev/null 2>&1 && lock=(flock "$dir.lock")
-  if ${lock[@]+"${lock[@]}"} "$py" scripts/engines/manifest.py install "$engine" "$version" --venv "$dir" >/dev/null; then
+  if ${lock[@]+"${lock[@]}"} "$py" scripts/engines/manifest.py install "$engine" "$version" --venv "$dir" >"$dir.log" 2>&1; then
     echo "engine environment $engine $version: ready ($((SECONDS - start)) s)"
   else
-    echo "warning: could not build $dir; tests/engines will try again" >&2
+    tail -n 20 "$dir.log" >&2
+    echo "warning: could not build $dir (log: $dir.log); tests/engines will try again" >&2
   fi
 done
