@@ -1047,17 +1047,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         except KVTransferError as exc:
             st.log.error_lines([str(exc)])
             return await _abort(request, req, str(exc), 500)
-    if max_tokens == 0:
-        req.done.set_result(None)
-    else:
-        st.engine.submit(req)
-    try:
-        await req.done
-    except asyncio.CancelledError:
-        req.finish = "abort"
-        if not req.done.done():
-            req.done.set_result(None)
-        raise
+    await _run_to_completion(st, req)
     st.engine.finished(req)
     if stream:
         assert req.resp is not None
@@ -1089,6 +1079,22 @@ async def _prepare_stream(request: web.Request, req: Req) -> None:
         req.transport = request.transport  # type: ignore[assignment]
 
 
+async def _run_to_completion(st: State, req: Req) -> None:
+    """Hand ``req`` to the engine and wait until it is done; a client that goes away
+    (the handler is cancelled) aborts it and frees its slot."""
+    if req.max_tokens == 0:
+        req.done.set_result(None)
+    else:
+        st.engine.submit(req)
+    try:
+        await req.done
+    except asyncio.CancelledError:
+        req.finish = "abort"
+        if not req.done.done():
+            req.done.set_result(None)
+        raise
+
+
 async def _serve_prefill(
     request: web.Request, st: State, req: Req, room: int | None
 ) -> web.StreamResponse:
@@ -1099,17 +1105,7 @@ async def _serve_prefill(
         st.rooms.expect(room)
     delivered = False
     try:
-        if req.max_tokens == 0:
-            req.done.set_result(None)
-        else:
-            st.engine.submit(req)
-        try:
-            await req.done
-        except asyncio.CancelledError:
-            req.finish = "abort"
-            if not req.done.done():
-                req.done.set_result(None)
-            raise
+        await _run_to_completion(st, req)
         if room is not None and req.finish != "abort":
             st.rooms.ready(
                 room,
