@@ -42,11 +42,18 @@ def wait_port_free(host: str, port: int, *, timeout_s: float, interval_s: float 
         time.sleep(interval_s)
 
 
+_HANDED_OUT: set[tuple[str, int]] = set()
+"""Ports this process already picked: the OS may hand a released ephemeral port out again at
+once, and a second deployment in the same process (a test, a benchmark running two sessions)
+must not get a port the first one's servers are about to bind."""
+
+
 def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -> list[int]:
     """``count`` distinct ports the OS reports free on ``host`` now (bind to port 0).
 
     All sockets stay open until every port is chosen so the same port is not returned
-    twice; ``exclude`` are ports already taken by the caller (fixed ports in a file).
+    twice; ``exclude`` are ports already taken by the caller (fixed ports in a file), and no
+    port this process picked before is returned again.
     """
     ports: list[int] = []
     with contextlib.ExitStack() as stack:
@@ -58,7 +65,8 @@ def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -
             sock = stack.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-            if exclude and port in exclude:
+            if (exclude and port in exclude) or (host, port) in _HANDED_OUT:
                 continue
             ports.append(port)
+    _HANDED_OUT.update((host, p) for p in ports)
     return ports
