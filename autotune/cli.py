@@ -695,13 +695,14 @@ def _check_url(url: str) -> None:
         raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)
 
 
-def _space_deployments(path: Path, deployments: list[Path] | None) -> dict[str, Any]:
+def _space_deployments(
+    path: Path, space: Any, deployments: list[Path] | None
+) -> dict[str, Any]:
     """Deployment file -> Deployment: the given ones; else those of every study under
     ``studies/`` whose space is ``path``, and every deployment under ``launchers/`` that has
     the space's services and runs them with the space's engine."""
     from autotune.deployment import load_deployment
     from autotune.engines import engine_for_command
-    from autotune.space import load_space
     from autotune.study.definition import load_study_definition
 
     if deployments:
@@ -722,7 +723,6 @@ def _space_deployments(path: Path, deployments: list[Path] | None) -> dict[str, 
         if definition.resolve(definition.space) == target:
             file = definition.resolve(definition.deployment)
             found.setdefault(shown(file), load_deployment(file))
-    space = load_space(path)
     engine = space.model.engine.name
     for file in sorted(Path("launchers").glob("*.yaml")):
         try:
@@ -755,12 +755,12 @@ def space_check(
     deployment and check every command against the engine's real options (its manifest)."""
     from autotune.dryrun import check_commands
     from autotune.engines import get_engine
-    from autotune.space import check_space, load_space
+    from autotune.space import load_space
+    from autotune.space.summary import summarize
 
-    summary = check_space(path)
-    console.print(str(summary), highlight=False, markup=False, soft_wrap=True)
     space = load_space(path)
-    targets = _space_deployments(path, deployment)
+    console.print(str(summarize(space)), highlight=False, markup=False, soft_wrap=True)
+    targets = _space_deployments(path, space, deployment)
     if not targets:
         console.print(
             "no deployment given and no study under studies/ uses this space: only the "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal
 
@@ -204,22 +203,3 @@ def split_value(token: str) -> tuple[str, str | None]:
     """``--flag=value`` -> (``--flag``, ``value``); ``--flag`` -> (``--flag``, None)."""
     flag, sep, value = token.partition("=")
     return (flag, value) if sep else (token, None)
-
-
-def option_values(argv: Sequence[str], start: int, option: OptionInfo) -> list[str]:
-    """The value tokens that follow ``argv[start]`` for ``option`` (argparse's greedy rule)."""
-    if not option.takes_value:
-        return []
-    if isinstance(option.nargs, int):
-        return list(argv[start + 1 : start + 1 + option.nargs])
-    if option.nargs in (None, "?"):
-        nxt = argv[start + 1] if start + 1 < len(argv) else None
-        if nxt is None or (nxt.startswith("--") and option.nargs == "?"):
-            return []
-        return [nxt]
-    out = []
-    for token in argv[start + 1 :]:
-        if token.startswith("--"):
-            break
-        out.append(token)
-    return out

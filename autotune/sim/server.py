@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -876,14 +876,6 @@ async def server_info(request: web.Request) -> web.Response:
     return web.json_response(_server_info(_state(request)))
 
 
-async def get_server_info(request: web.Request) -> web.Response:
-    _state(request).log.warning(
-        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-        "Please use '/server_info' instead."
-    )
-    return await server_info(request)
-
-
 async def model_info(request: web.Request) -> web.Response:
     """``GET /model_info`` (the router reads it when it registers a worker)."""
     st = _state(request)
@@ -907,12 +899,19 @@ async def model_info(request: web.Request) -> web.Response:
     )
 
 
-async def get_model_info(request: web.Request) -> web.Response:
-    _state(request).log.warning(
-        "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
-        "Please use '/model_info' instead."
-    )
-    return await model_info(request)
+def _deprecated_alias(
+    old: str, new: str, handler: Callable[[web.Request], Awaitable[web.Response]]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """An old endpoint name that still answers, with SGLang's deprecation warning."""
+
+    async def alias(request: web.Request) -> web.Response:
+        _state(request).log.warning(
+            f"Endpoint '{old}' is deprecated and will be removed in a future version. "
+            f"Please use '{new}' instead."
+        )
+        return await handler(request)
+
+    return alias
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -1200,9 +1199,13 @@ def build_app(state: State) -> web.Application:
     app.router.add_get("/health_generate", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/server_info", server_info)
-    app.router.add_get("/get_server_info", get_server_info)
+    app.router.add_get(
+        "/get_server_info", _deprecated_alias("/get_server_info", "/server_info", server_info)
+    )
     app.router.add_get("/model_info", model_info)
-    app.router.add_get("/get_model_info", get_model_info)
+    app.router.add_get(
+        "/get_model_info", _deprecated_alias("/get_model_info", "/model_info", model_info)
+    )
     app.router.add_post("/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/completions", completions)
