@@ -39,6 +39,7 @@ from autotune.space.model import (
     SpaceFile,
     SwitchTarget,
     choice_key,
+    target_kind,
 )
 from autotune.space.params import DomainError, ParamInfo
 from autotune.space.targets import format_value, owned_env, owned_flags
@@ -374,7 +375,7 @@ class _Checker:
                     other = owners.setdefault((service, thing), info.name)
                     if other != info.name:
                         raise self.fail(
-                            f"parameters.{info.name}.target",
+                            f"parameters.{info.name}.target.{target_kind(target)}",
                             f"{thing} on service {service} is already set by parameter '{other}'",
                         )
 

@@ -245,6 +245,11 @@ def _target_tag(value: object) -> str | None:
     return None
 
 
+def target_kind(target: EnvTarget | FlagTarget | SwitchTarget | MapTarget) -> str:
+    """The YAML key a parsed target was written with (``flag``, ``env``, ...)."""
+    return next(kind for kind, cls in _TARGET_CLASSES.items() if isinstance(target, cls))
+
+
 _TARGET_CLASSES: dict[str, type[_Model]] = {
     "env": EnvTarget,
     "flag": FlagTarget,

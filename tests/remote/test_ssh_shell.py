@@ -162,9 +162,9 @@ def test_command_timeout_is_a_shell_error_and_keeps_the_connection(host_pool: Ho
     assert shell.run("true").ok
     transport = shell.transport
     started = time.monotonic()
-    with pytest.raises(ShellError, match=r"timed out after 0\.5s: sleep 5") as info:
-        shell.run("sleep 5", timeout_s=0.5)
-    assert time.monotonic() - started < 3
+    with pytest.raises(ShellError, match=r"timed out after 0\.5s: sleep 60") as info:
+        shell.run("sleep 60", timeout_s=0.5)
+    assert time.monotonic() - started < 30  # far below the sleep, with room for a busy machine
     assert info.value.host == "loopback"
     assert shell.run("echo alive").stdout == "alive\n"
     assert shell.transport is transport
@@ -178,7 +178,7 @@ def test_unreachable_host_is_a_clear_shell_error(sshd_lab: SSHLab) -> None:
         ShellError, match=r"gone: cannot connect to root@127\.0\.0\.1:\d+: .*refused"
     ):
         shell.run("true")
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15
 
 
 def test_wrong_client_key_fails_authentication(sshd_lab: SSHLab, tmp_path: Path) -> None:

@@ -452,7 +452,7 @@ CASES: list[tuple[str, Mutation, str | None, list[str], list[str]]] = [
     (
         "two parameters, one flag",
         _set("parameters.steps.target.flag", "--mem-fraction-static"),
-        "parameters.steps.target",
+        "parameters.steps.target.flag",
         ["flag --mem-fraction-static on service decode is already set by parameter 'mem'"],
         [],
     ),
