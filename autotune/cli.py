@@ -695,9 +695,7 @@ def _check_url(url: str) -> None:
         raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)
 
 
-def _space_deployments(
-    path: Path, space: Any, deployments: list[Path] | None
-) -> dict[str, Any]:
+def _space_deployments(path: Path, space: Any, deployments: list[Path] | None) -> dict[str, Any]:
     """Deployment file -> Deployment: the given ones; else those of every study under
     ``studies/`` whose space is ``path``, and every deployment under ``launchers/`` that has
     the space's services and runs them with the space's engine."""
@@ -723,17 +721,20 @@ def _space_deployments(
         if definition.resolve(definition.space) == target:
             file = definition.resolve(definition.deployment)
             found.setdefault(shown(file), load_deployment(file))
-    engine = space.model.engine.name
     for file in sorted(Path("launchers").glob("*.yaml")):
         try:
             candidate = load_deployment(file)
         except AutotuneError:
             continue
-        services = candidate.services
-        if not set(space.services) <= set(services):
+        roles = candidate.roles()
+        if not set(space.services) <= set(roles):
             continue
-        runs = [engine_for_command(services[name].command) for name in space.services]
-        if all(r is not None and r.name == engine for r in runs):
+        runs = [
+            (engine_for_command(candidate.services[name].command), space.engine_ref(role).name)
+            for role in space.services
+            for name in roles[role]
+        ]
+        if all(r is not None and r.name == wanted for r, wanted in runs):
             found.setdefault(shown(file), candidate)
     return found
 
@@ -771,7 +772,10 @@ def space_check(
         )
         return
     findings, checked, unchecked = check_commands(space, targets, samples=sample, seed=seed)
-    engine = get_engine(space.model.engine.name, space.model.engine.version)
+    engines = [
+        get_engine(space.engine_ref(s).name, space.engine_ref(s).version) for s in space.services
+    ]
+    against = ", ".join(dict.fromkeys(f"{e.name} {e.version or '(unchecked)'}" for e in engines))
     errors = [f for f in findings if f.severity == "error"]
     for finding in findings:
         (err_console if finding.severity == "error" else console).print(
@@ -788,7 +792,7 @@ def space_check(
     console.print(
         f"{verdict}: {checked} commands ({1 if space.has_baseline else 0} baseline + {sample} "
         f"sampled configs x {len(targets)} deployment(s): {', '.join(targets)}) checked "
-        f"against {engine.name} {engine.version or '(unchecked)'}"
+        f"against {against}"
         + f": {len(errors)} error(s), {len(findings) - len(errors)} warning(s)",
         highlight=False,
         markup=False,
@@ -812,7 +816,7 @@ def space_render(
     config: str | None = typer.Option(
         None,
         "--config",
-        help="Parameter values as JSON ({\"param\": value, ...}), over the baseline's.",
+        help='Parameter values as JSON ({"param": value, ...}), over the baseline\'s.',
     ),
     trial: int | None = typer.Option(None, "--trial", help="A stored trial's configuration."),
     sample: int | None = typer.Option(None, "--sample", min=1, help="Sampled configurations."),
@@ -835,8 +839,10 @@ def space_render(
         definition, study_space, study_deployment, run_dir = _deployment_context(study, None)
         space = study_space if path is None else load_space(path)
         chosen = study_deployment if deployment is None else load_deployment(deployment)
-        if path is not None and deployment is None and path.resolve() != definition.resolve(
-            definition.space
+        if (
+            path is not None
+            and deployment is None
+            and path.resolve() != definition.resolve(definition.space)
         ):
             raise ConfigError(
                 f"{path} is not the space of study {study} ({study_file}): give --deployment",

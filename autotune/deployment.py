@@ -98,6 +98,9 @@ class ServiceDef(BaseModel):
     ``systemd`` (drop-in on ``unit``). Default: ``local`` without ``on``, else ``process``."""
     unit: StrictStr | None = None
     """systemd unit name for ``manager: systemd`` (e.g. ``sglang-decode.service``)."""
+    role: StrictStr | None = None
+    """The search-space service whose levers this one takes: replicas of one role run the
+    same settings (a second decode worker: ``role: decode``). Default: its own name."""
 
     def resolved_manager(self) -> str:
         if self.manager is not None:
@@ -218,6 +221,17 @@ class Deployment(BaseModel):
     @property
     def file_label(self) -> str:
         return str(self._source) if self._source else f"deployment '{self.name}'"
+
+    def role_of(self, service: str) -> str:
+        """The search-space service whose levers ``service`` takes (``role:``, else itself)."""
+        return self.services[service].role or service
+
+    def roles(self) -> dict[str, list[str]]:
+        """Search-space service name -> the deployment's services that carry its levers."""
+        out: dict[str, list[str]] = {}
+        for name in self.services:
+            out.setdefault(self.role_of(name), []).append(name)
+        return out
 
     def ports(self) -> dict[str, int]:
         """Port per service; ``auto`` ports are chosen on the first call and then kept."""
@@ -372,6 +386,28 @@ def _template_fields(dep: Deployment) -> list[tuple[str, str, str | None]]:
 
 
 # --------------------------------------------------------------------- checks
+def _check_role(dep: Deployment, name: str, *, base: str, file: str) -> None:
+    """A role names a service kind: one of this deployment's services that has no role of
+    its own (a replica of a replica would hide which settings it runs), or a new name."""
+    role = dep.services[name].role
+    if role is None:
+        return
+    if not _NAME_RX.fullmatch(role):
+        raise ConfigError(
+            f"role {role!r} must be letters, digits, '_' or '-'", file=file, field=f"{base}.role"
+        )
+    other = dep.services.get(role)
+    if other is not None and other.role not in (None, role) or role == name:
+        allowed = sorted(n for n, s in dep.services.items() if s.role is None and n != name)
+        raise ConfigError(
+            f"role {role!r}: a service takes the levers of a service without a role "
+            f"(or of a new role name), not of itself or of another replica",
+            file=file,
+            field=f"{base}.role",
+            allowed=allowed,
+        )
+
+
 def _check(dep: Deployment) -> None:
     """Cross-field rules pydantic cannot see: references, cycles, ports, templates."""
     file = dep.file_label
@@ -409,6 +445,7 @@ def _check(dep: Deployment) -> None:
                 field=f"{base}.port",
             )
         _check_extra_ports(s, base=base, file=file)
+        _check_role(dep, n, base=base, file=file)
         if manager == "systemd":
             for field, text, _ in _template_fields(dep):
                 if field.startswith(f"{base}.") and _UNIT_FILE_CONTROL.search(text):

@@ -108,15 +108,17 @@ class CommandChecker:
     def __init__(self, space: SearchSpace, *, deployment_file: str) -> None:
         self.space = space
         self.deployment_file = deployment_file
-        ref = space.model.engine
-        self.engine = get_engine(ref.name, ref.version)
+        self.engines = {
+            service: get_engine(space.engine_ref(service).name, space.engine_ref(service).version)
+            for service in space.services
+        }
         self.owners = _owners(space)
         self.findings: dict[tuple[str, str, str, str], Finding] = {}
         self.unchecked: set[str] = set()
 
     def engine_for(self, service: str, spec: ServiceSpec) -> BaseEngine | None:
-        if service in self.space.services:
-            return self.engine
+        if spec.settings_of in self.engines:
+            return self.engines[spec.settings_of]
         return engine_for_command(spec.argv)
 
     def check(self, rendered: RenderedConfig) -> None:
@@ -128,7 +130,7 @@ class CommandChecker:
             problems = list(engine.check_command(spec.argv))
             problems += [p for name in sorted(spec.env) if (p := engine.check_env(name))]
             for problem in problems:
-                file, fld = self._origin(service, problem.option)
+                file, fld = self._origin(service, spec.settings_of, problem.option)
                 key = (file, fld, service, str(problem))
                 finding = self.findings.get(key)
                 if finding is None:
@@ -136,10 +138,11 @@ class CommandChecker:
                     finding = self.findings[key] = Finding(file, fld, service, problem, label)
                 finding.configs.append(rendered.label)
 
-    def _origin(self, service: str, option: str) -> tuple[str, str]:
-        """The space parameter that emits ``option`` on ``service``, else the deployment."""
+    def _origin(self, service: str, role: str, option: str) -> tuple[str, str]:
+        """The space parameter that emits ``option`` on ``service`` (whose levers are those
+        of ``role``), else the deployment."""
         flag, _ = split_value(option)
-        owner = self.owners.get((service, flag))
+        owner = self.owners.get((role, flag))
         if owner is not None:
             return self.space.file, f"parameters.{owner}.target"
         kind = "env" if not flag.startswith("-") else "command"

@@ -173,14 +173,15 @@ def _render(
     rd = rd if rd is not None else deployment.default_run_dir()
     file = deployment.file_label
     targeted = set(space.services) if space is not None else set()
-    unknown = sorted(targeted - set(deployment.services))
+    roles = deployment.roles()
+    unknown = sorted(targeted - set(roles))
     if unknown:
         raise ConfigError(
             f"search space sets levers on service(s) {', '.join(unknown)} that deployment "
-            f"'{deployment.name}' does not have",
+            f"'{deployment.name}' does not have (as a service or a role)",
             file=file,
             field="services",
-            allowed=list(deployment.services),
+            allowed=list(roles),
         )
     ports = deployment.ports()
     specs: dict[str, ServiceSpec] = {}
@@ -193,9 +194,10 @@ def _render(
 
         argv = [ex(t, f"command[{i}]") for i, t in enumerate(svc.command)]
         env = {k: ex(v, f"env.{k}") for k, v in svc.env.items()}
+        role = deployment.role_of(name)
         settings = (
-            space.settings_for(name, config)
-            if space is not None and name in targeted
+            space.settings_for(role, config)
+            if space is not None and role in targeted
             else ServiceSettings()
         )
         argv = apply_flags(argv, settings, service=name)
@@ -225,6 +227,7 @@ def _render(
             on=svc.on,
             manager=svc.resolved_manager(),  # type: ignore[arg-type]
             unit=svc.unit,
+            role=svc.role,
         )
         if svc.resolved_manager() == "systemd":
             _check_unit_file_values(specs[name], file=file)

@@ -41,6 +41,14 @@ class ServiceSpec(BaseModel):
     host (process), or a systemd unit with an autotune drop-in (systemd)."""
     unit: str | None = None
     """systemd unit name (manager ``systemd``), e.g. ``sglang-decode.service``."""
+    role: str | None = None
+    """The search-space service whose settings this one carries (a second decode worker:
+    ``decode``); None: its own name."""
+
+    @property
+    def settings_of(self) -> str:
+        """The name the search space knows this service by (its role, else its name)."""
+        return self.role or self.name
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what the process does (not where it logs)."""

@@ -101,8 +101,18 @@ def _deployment(tmp_path: Path, extra: list[str]) -> Path:
         "services": {
             "server": {
                 "command": [
-                    "numactl", "--membind=0", "python3", "-m", "sglang.launch_server",
-                    "--model-path", "/m", "--host", "${host}", "--port", "${port}", *extra,
+                    "numactl",
+                    "--membind=0",
+                    "python3",
+                    "-m",
+                    "sglang.launch_server",
+                    "--model-path",
+                    "/m",
+                    "--host",
+                    "${host}",
+                    "--port",
+                    "${port}",
+                    *extra,
                 ],  # fmt: skip
                 "host": "127.0.0.1",
                 "port": 30000,

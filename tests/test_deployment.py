@@ -227,3 +227,80 @@ def test_extra_ports_on_an_ssh_host_must_be_fixed(tmp_path: Path) -> None:
     assert err.field == "services.worker.ports.bootstrap" and "fixed ports" in str(err)
     fixed = ssh.replace("{bootstrap: auto, debug: 18002}", "{bootstrap: 17001}")
     assert load_deployment(write(tmp_path, fixed)).extra_ports()["worker"] == {"bootstrap": 17001}
+
+
+REPLICAS = """
+name: replicas
+endpoint: http://${router.host}:${router.port}
+services:
+  worker:
+    command: [srv, --port, "${port}"]
+    port: auto
+  worker-b:
+    command: [srv, --port, "${port}"]
+    port: auto
+    role: worker
+  router:
+    command: [router, --port, "${port}"]
+    port: auto
+    depends_on: [worker, worker-b]
+"""
+
+
+def test_replicas_take_the_levers_of_their_role(tmp_path: Path) -> None:
+    from autotune.render import render
+    from autotune.space.settings import ServiceSettings
+
+    class Space:
+        services = ["worker"]
+
+        def settings_for(self, service: str, config: object) -> ServiceSettings:
+            assert service == "worker"
+            return ServiceSettings(flags={"--max-running-requests": "32"})
+
+    dep = load_deployment(write(tmp_path, REPLICAS))
+    assert dep.roles() == {"worker": ["worker", "worker-b"], "router": ["router"]}
+    specs = render(Space(), dep, {}, run_dir=tmp_path)
+    for name in ("worker", "worker-b"):
+        assert specs[name].argv[-2:] == ("--max-running-requests", "32"), name
+        assert specs[name].settings_of == "worker"
+    assert "--max-running-requests" not in specs["router"].argv
+    assert specs["router"].settings_of == "router"
+
+
+@pytest.mark.parametrize(
+    ("role", "message"),
+    [
+        ("worker-b", "not of itself or of another replica"),  # itself
+        ("router!", "must be letters"),
+    ],
+)
+def test_bad_role_is_one_clear_error(tmp_path: Path, role: str, message: str) -> None:
+    err = error_for(tmp_path, REPLICAS.replace("role: worker", f"role: '{role}'"))
+    assert err.field == "services.worker-b.role"
+    assert message in str(err)
+
+
+def test_a_replica_of_a_replica_is_refused(tmp_path: Path) -> None:
+    text = REPLICAS.replace(
+        "  router:\n",
+        "  worker-c:\n    command: [srv]\n    port: auto\n    role: worker-b\n  router:\n",
+    )
+    err = error_for(tmp_path, text)
+    assert err.field == "services.worker-c.role"
+    assert err.allowed == ["router", "worker"]
+
+
+def test_a_space_service_missing_as_service_and_role(tmp_path: Path) -> None:
+    from autotune.render import render
+
+    class Space:
+        services = ["decode"]
+
+        def settings_for(self, service: str, config: object) -> object:
+            raise AssertionError
+
+    dep = load_deployment(write(tmp_path, REPLICAS))
+    with pytest.raises(ConfigError, match="as a service or a role") as info:
+        render(Space(), dep, {}, run_dir=tmp_path)  # type: ignore[arg-type]
+    assert info.value.allowed == ["worker", "router"]

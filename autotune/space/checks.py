@@ -63,12 +63,26 @@ class _Checker:
         self.model = model
         self.file = file
         self.names = list(model.parameters)
-        try:
-            self.engine: BaseEngine = get_engine(model.engine.name, model.engine.version)
-        except ConfigError as exc:
-            raise ConfigError(
-                exc.message, file=file, field=exc.field, allowed=exc.allowed
-            ) from None
+        self.engines: dict[str, BaseEngine] = {}
+        for service in model.services:
+            ref = model.service_engines.get(service, model.engine)
+            where = f"service_engines.{service}" if service in model.service_engines else "engine"
+            try:
+                self.engines[service] = get_engine(ref.name, ref.version)
+            except ConfigError as exc:
+                field = f"{where}.{(exc.field or '').rsplit('.', 1)[-1]}" if exc.field else where
+                raise ConfigError(
+                    exc.message, file=file, field=field, allowed=exc.allowed
+                ) from None
+        for service in model.service_engines:
+            if service not in model.services:
+                raise self.fail(
+                    f"service_engines.{service}",
+                    f"'{service}' is not a service of this space",
+                    allowed=model.services,
+                )
+        self.checking: tuple[BaseEngine, ...] = ()
+        """The engines of the services of the parameter whose target is being checked."""
 
     def fail(
         self,
@@ -156,6 +170,8 @@ class _Checker:
             name=name, index=index, spec=spec, services=services, when=when, derived=derived
         )
         if spec.target is not None:
+            by_kind = {(e.name, e.version): e for e in (self.engines[s] for s in services)}
+            self.checking = tuple(by_kind.values())
             self.check_target(info, f"{field}.target")
         return info
 
@@ -244,23 +260,27 @@ class _Checker:
     def check_flag(self, flag: str, field: str, *, values: Sequence[object] = ()) -> None:
         """The flag exists in the engine's release, spelled in full, not deprecated, and
         every value the space can give it is one the parser accepts."""
-        problem = self.engine.check_flag(flag)
-        if problem is not None and problem.severity == "error":
-            raise self.fail(field, problem.message, closest=problem.suggestions)
-        for value in values:
-            tokens = [format_value(v) for v in value] if isinstance(value, list) else [
-                format_value(value)
-            ]
-            bad = self.engine.check_values(flag, tokens)
-            if bad is not None:
-                raise self.fail(field, bad.message, allowed=bad.suggestions or None)
+        for engine in self.checking:
+            problem = engine.check_flag(flag)
+            if problem is not None and problem.severity == "error":
+                raise self.fail(field, problem.message, closest=problem.suggestions)
+            for value in values:
+                tokens = (
+                    [format_value(v) for v in value]
+                    if isinstance(value, list)
+                    else [format_value(value)]
+                )
+                bad = engine.check_values(flag, tokens)
+                if bad is not None:
+                    raise self.fail(field, bad.message, allowed=bad.suggestions or None)
 
     def check_env(self, name: str, field: str) -> None:
         if not _ENV_RE.fullmatch(name):
             raise self.fail(field, f"'{name}' is not a valid environment variable name")
-        problem = self.engine.check_env(name)
-        if problem is not None:
-            raise self.fail(field, problem.message, closest=problem.suggestions)
+        for engine in self.checking:
+            problem = engine.check_env(name)
+            if problem is not None:
+                raise self.fail(field, problem.message, closest=problem.suggestions)
 
     def check_target(self, info: ParamInfo, field: str) -> None:
         target = info.spec.target

@@ -110,11 +110,86 @@ def _parse_space(data: object, *, file: str) -> SearchSpace:
 
 
 def load_space(path: str | Path) -> SearchSpace:
-    """Load and fully validate a search-space YAML file.
+    """Load and fully validate a search-space YAML file (and the file it ``extends``).
 
     Raises :class:`ConfigError` (file, field path, allowed values) for anything wrong:
     YAML syntax, unknown fields and types, ranges and steps, expressions, flags,
     services, the baseline.
     """
     file_path = Path(path)
-    return parse_space(read_yaml(file_path), file=str(file_path))
+    return parse_space(_read_extended(file_path, chain=()), file=str(file_path))
+
+
+def _read_extended(path: Path, *, chain: tuple[Path, ...]) -> object:
+    """The document of ``path`` with the file it ``extends`` merged under it.
+
+    The parent is validated on its own first, so a problem in it names the parent's file;
+    what is left to report against the child comes from the child's changes.
+    """
+    data = read_yaml(path)
+    if not isinstance(data, dict) or data.get("extends") is None:
+        return data
+    file = str(path)
+    ref = data["extends"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError(
+            f"expected a file name (relative to this file), got {describe(ref)}",
+            file=file,
+            field="extends",
+        )
+    parent = (path.parent / ref).resolve()
+    if parent in chain or parent == path.resolve():
+        names = " -> ".join(str(p) for p in (*chain, path.resolve(), parent))
+        raise ConfigError(f"extends forms a cycle: {names}", file=file, field="extends")
+    if not parent.is_file():
+        raise ConfigError(f"extends: no space file {parent}", file=file, field="extends")
+    base = _read_extended(parent, chain=(*chain, path.resolve()))
+    parse_space(base, file=str(parent))  # the parent stands on its own
+    assert isinstance(base, dict)  # parse_space accepted it
+    return _merge(base, data, file=file)
+
+
+def _merge(base: dict[str, Any], child: dict[str, Any], *, file: str) -> dict[str, Any]:
+    """``child`` over ``base``: parameters and baseline values by name (null removes a
+    parameter), forbidden rules by name, every other field replaced."""
+    out = {k: v for k, v in base.items() if k != "extends"}
+    if "services" in child and isinstance(base.get("parameters"), dict):
+        # A parent's parameter keeps applying to the parent's services when the child
+        # adds some (a router): "all services of the space" meant the parent's.
+        out["parameters"] = {
+            name: {"services": list(base["services"]), **entry}
+            if isinstance(entry, dict) and "services" not in entry
+            else entry
+            for name, entry in base["parameters"].items()
+        }
+    for key, value in child.items():
+        if key == "extends":
+            continue
+        if key in ("parameters", "baseline") and isinstance(value, dict):
+            merged = dict(out.get(key) or {})
+            for name, entry in value.items():
+                if entry is None and key == "parameters":
+                    if name not in merged:
+                        raise ConfigError(
+                            f"removes parameter '{name}', which the parent does not have",
+                            file=file,
+                            field=f"parameters.{name}",
+                            allowed=sorted(merged),
+                        )
+                    merged.pop(name)
+                    if isinstance(out.get("baseline"), dict):
+                        out["baseline"] = {k: v for k, v in out["baseline"].items() if k != name}
+                else:
+                    merged[name] = entry
+            out[key] = merged
+        elif key == "forbidden" and isinstance(value, list):
+            names = {r.get("name") for r in value if isinstance(r, dict)}
+            kept = [
+                r
+                for r in out.get("forbidden") or []
+                if not isinstance(r, dict) or r.get("name") not in names
+            ]
+            out[key] = kept + value
+        else:
+            out[key] = value
+    return out

@@ -377,6 +377,13 @@ class ForbiddenRule(_Model):
 class SpaceFile(_Model):
     """A declarative search space: parameters, their targets, constraints, the baseline."""
 
+    extends: str | None = Field(
+        default=None,
+        description="A space file (relative to this one) this space starts from: its "
+        "parameters, rules and baseline, with this file's added or replacing them by name "
+        "(a parameter set to null is removed); other fields given here replace the parent's. "
+        "The parent must be a valid space on its own.",
+    )
     name: str = Field(json_schema_extra={"pattern": SERVICE_PATTERN})
     description: str = ""
     services: list[str] = Field(
@@ -389,6 +396,11 @@ class SpaceFile(_Model):
         description="The engine the space's services run and the release whose real parser "
         "(a manifest generated from it) checks every flag, value and variable; "
         "name 'generic' checks only the flag shape. Default: sglang at its pinned release.",
+    )
+    service_engines: dict[str, EngineRef] = Field(
+        default_factory=dict,
+        description="Services that run another engine than `engine`, by name (a router: "
+        "{name: sglang-router, version: 0.3.2}); their levers are checked against it.",
     )
     parameters: dict[str, Param] = Field(
         min_length=1,

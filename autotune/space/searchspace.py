@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from optuna.distributions import BaseDistribution
 from optuna.trial import BaseTrial
 
+from autotune.engines import EngineRef
 from autotune.errors import ConfigError
 from autotune.space.checks import Rule
 from autotune.space.expr import Expr, same_value
@@ -73,6 +74,11 @@ class SearchSpace:
     @property
     def services(self) -> tuple[str, ...]:
         return tuple(self.model.services)
+
+    def engine_ref(self, service: str) -> EngineRef:
+        """The engine (and release) ``service`` runs: its own in ``service_engines``, else
+        the space's."""
+        return self.model.service_engines.get(service, self.model.engine)
 
     @property
     def sampled_params(self) -> tuple[ParamInfo, ...]:

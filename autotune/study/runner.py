@@ -306,6 +306,12 @@ class Tuner:
         self.storage_url = storage_url
         self.space: SearchSpace = load_space(definition.resolve(definition.space))
         self.engine = get_engine(self.space.model.engine.name, self.space.model.engine.version)
+        self.engines = {  # what each service the space sets levers on runs
+            service: get_engine(
+                self.space.engine_ref(service).name, self.space.engine_ref(service).version
+            )
+            for service in self.space.services
+        }
         self._version_warnings: set[str] = set()
         self.deployment: Deployment = load_deployment(
             deployment if deployment is not None else definition.resolve(definition.deployment)
@@ -410,12 +416,13 @@ class Tuner:
         the space names (its options were checked against another release)."""
         versions: dict[str, str] = {}
         for service, info in effective.items():
-            if service not in self.space.services or not info:
+            engine = self.engines.get(self.deployment.role_of(service))
+            if engine is None or not info:
                 continue
-            version = self.engine.version_from(info)
+            version = engine.version_from(info)
             if version is not None:
                 versions[service] = version
-            warning = self.engine.version_mismatch(service, info)
+            warning = engine.version_mismatch(service, info)
             if warning is not None and warning not in self._version_warnings:
                 self._version_warnings.add(warning)
                 self.progress.message(f"warning: {warning}")
@@ -1020,15 +1027,16 @@ class Tuner:
         effective = applied.info
         attrs["effective"] = effective
         self._check_engine_version(effective, attrs)
-        attrs["overrides"] = find_overrides(
-            {
-                name: self.space.settings_for(name, config)
-                for name in specs
-                if name in self.space.services
-            },
-            effective,
-            manifest=self.engine.manifest,
-        )
+        attrs["overrides"] = [
+            line
+            for name, spec in specs.items()
+            if spec.settings_of in self.engines
+            for line in find_overrides(
+                {name: self.space.settings_for(spec.settings_of, config)},
+                effective,
+                manifest=self.engines[spec.settings_of].manifest,
+            )
+        ]
 
         endpoint = self.deployment.endpoint_url(specs)
         failpoint("probe")

@@ -104,14 +104,30 @@ SGLANG_DEPLOYMENTS = [p for p in DEPLOYMENTS if "sglang" in ENGINES_OF[p].values
 ROUTER_DEPLOYMENTS = [p for p in DEPLOYMENTS if "sglang-router" in ENGINES_OF[p].values()]
 
 
-def _space_services(path: Path) -> list[str] | None:
-    """The services an SGLang space names, or None for a space of another engine."""
+def _space_services(path: Path) -> dict[str, str] | None:
+    """The services an SGLang space names, each with the engine it runs (``service_engines``
+    of the file, else sglang), or None for a space of another engine."""
     raw = _raw(path)
     engine = raw.get("engine")
     if isinstance(engine, dict) and engine.get("name") not in (None, "sglang"):
         return None
     services = raw.get("services")
-    return [str(s) for s in services] if isinstance(services, list) else None
+    if not isinstance(services, list):
+        return None
+    own = raw.get("service_engines") or {}
+    return {
+        str(s): str(own[s].get("name")) if isinstance(own.get(s), dict) else "sglang"
+        for s in services
+    }
+
+
+def _roles(path: Path) -> dict[str, list[str]]:
+    """Search-space service -> the deployment's services that take its levers (``role:``)."""
+    out: dict[str, list[str]] = {}
+    for name, svc in (_raw(path).get("services") or {}).items():
+        role = svc.get("role") if isinstance(svc, dict) else None
+        out.setdefault(str(role or name), []).append(name)
+    return out
 
 
 def _pairs() -> list[tuple[Path, Path]]:
@@ -121,8 +137,11 @@ def _pairs() -> list[tuple[Path, Path]]:
         if not services:
             continue
         for deployment in SGLANG_DEPLOYMENTS:
-            engines = ENGINES_OF[deployment]
-            if all(engines.get(s) == "sglang" for s in services):
+            engines, roles = ENGINES_OF[deployment], _roles(deployment)
+            if all(
+                s in roles and all(engines.get(n) == wanted for n in roles[s])
+                for s, wanted in services.items()
+            ):
                 pairs.append((space, deployment))
     return pairs
 

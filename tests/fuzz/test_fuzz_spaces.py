@@ -60,6 +60,8 @@ def check_space_file(case: Case) -> None:
     raw = CORPUS.render(case)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
+        for sibling in CORPUS.files:  # what a space `extends` lies beside it
+            write(tmp, sibling.name, sibling.read_bytes())
         path = write(tmp, "fuzzed-space.yaml", raw)
         try:
             space = load_space(path)

@@ -58,3 +58,49 @@ def test_two_sim_deployments_run_side_by_side(tmp_path: Path) -> None:
     finally:
         for lau in launchers:
             lau.close()
+
+
+def _generated(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10.0, trust_env=False).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("sglang:generation_tokens_total")
+    )
+
+
+def test_two_node_deployment_routes_by_the_policy_lever(tmp_path: Path) -> None:
+    """Two prefill and two decode workers behind the real router: the replicas run the
+    levers of their role, the policy lever reaches the router's command, and the router's
+    round_robin (its own code) gives both decode workers half of the requests; changing
+    only the policy restarts only the router."""
+    from autotune.space import load_space
+
+    root = Path(__file__).resolve().parents[2]
+    space = load_space(root / "search_spaces" / "dsv4-flash-rtx6000-pd-2node.yaml")
+    dep = load_deployment(root / "launchers" / "sim-dsv4-flash-pd-2node.yaml")
+    base = dict(space.baseline_params())
+    fast = {**base, "speculative": "off", "max_running_requests": 32}
+    config = space.complete({**fast, "router_decode_policy": "round_robin"})
+    specs = render(space, dep, config, run_dir=tmp_path)
+    assert specs["decode-b"].settings_of == "decode"
+    for flag in ("--max-running-requests", "--mem-fraction-static"):
+        a, b = (list(specs[n].argv) for n in ("decode", "decode-b"))
+        assert a[a.index(flag) + 1] == b[b.index(flag) + 1], flag
+    router = list(specs["router"].argv)
+    assert router[router.index("--decode-policy") + 1] == "round_robin"
+    assert router.count("--prefill") == 2 and router.count("--decode") == 2
+    assert "--mem-fraction-static" not in router  # worker levers stay on the workers
+    with LocalLauncher(tmp_path, stop_grace_s=5.0) as lau:
+        lau.apply(specs)
+        url = dep.endpoint_url(specs, run_dir=tmp_path)
+        ready = httpx.get(f"{url}/readiness", timeout=5.0, trust_env=False).json()
+        assert ready["healthy_workers"] == 4, ready
+        decodes = {n: f"http://{specs[n].host}:{specs[n].port}" for n in ("decode", "decode-b")}
+        for _ in range(8):
+            assert _complete(url).status_code == 200
+        made = {n: _generated(u) for n, u in decodes.items()}
+        assert made["decode"] == made["decode-b"] == 4 * 3, made  # 8 requests, 3 tokens each
+        other = space.complete({**fast, "router_decode_policy": "random"})
+        again = lau.apply(render(space, dep, other, run_dir=tmp_path))
+        assert again.restarted == ["router"], again
