@@ -26,33 +26,12 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.trial.record import ConfigValue, ServiceRecord, TrialRecord
 
 THROUGHPUT = "output_throughput_tok_s"
 TPOT_P99 = "tpot_p99_ms"
 REMEASURE_PREFIX = "remeasure:"
 """Study user attribute ``remeasure:N:R``: re-measurement R (1, 2, ...) of trial N's config."""
-
-ConfigValue = bool | int | float | str
-
-
-class ServiceRecord(BaseModel):
-    """One service as it ran in a trial (``user_attrs["services"][name]``).
-
-    ``depends_on``, ``ready_timeout_s`` and ``workdir`` are optional: when the study did not
-    store them, exporters infer dependencies from the command lines and use a default
-    start-up timeout.
-    """
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    command: str = ""
-    argv: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    unset_env: list[str] = Field(default_factory=list)
-    fingerprint: str = ""
-    depends_on: list[str] | None = None
-    ready_timeout_s: float | None = None
-    workdir: str | None = None
 
 
 class TrialResult(BaseModel):
@@ -103,10 +82,9 @@ class TrialResult(BaseModel):
         cls, trial: FrozenTrial, *, metric_names: Sequence[str] | None = None
     ) -> TrialResult:
         """Build from a FrozenTrial; malformed attributes raise :class:`StorageError`."""
-        attrs = trial.user_attrs
+        record = TrialRecord.from_attrs(trial.user_attrs, where=f"trial {trial.number}")
         names = list(metric_names) if metric_names else _default_names(trial.values)
         values = list(trial.values) if trial.values is not None else None
-        metrics = attrs.get("metrics") or {}
         try:
             return cls(
                 number=trial.number,
@@ -114,27 +92,25 @@ class TrialResult(BaseModel):
                 values=values,
                 metric_names=names,
                 params=dict(trial.params),
-                config=attrs.get("config") or {},
-                services=attrs.get("services") or {},
-                metrics=metrics,
-                phase_seconds=_with_storage_write(
-                    trial, _phase_seconds(attrs.get("phase_seconds"))
-                ),
+                config=record.config,
+                services=record.services,
+                metrics=record.metrics,
+                phase_seconds=_with_storage_write(trial, _phase_seconds(record.phase_seconds)),
                 constraints=dict(trial.constraints),
-                failure=attrs.get("failure"),
-                reason=str(attrs.get("reason") or ""),
-                log_tail=str(attrs.get("log_tail") or ""),
-                is_baseline=bool(attrs.get("is_baseline", False)),
-                reused_from=attrs.get("reused_from"),
-                aborted=attrs.get("aborted") or None,
-                effective=attrs.get("effective") or {},
-                overrides=[str(o) for o in attrs.get("overrides") or []],
-                deployment=attrs.get("deployment"),
-                restarted=[str(s) for s in attrs.get("restarted") or []],
+                failure=record.failure,
+                reason=record.reason or "",
+                log_tail=record.log_tail,
+                is_baseline=record.is_baseline,
+                reused_from=record.reused_from,
+                aborted=record.aborted or None,
+                effective=record.effective,
+                overrides=record.overrides,
+                deployment=record.deployment,
+                restarted=record.restarted,
                 duration_s=trial.duration.total_seconds() if trial.duration else None,
                 feasible=feasible(trial),
-                throughput=_throughput(values, names, metrics),
-                tpot_p99_ms=_tpot(values, names, metrics, failed=attrs.get("failure") is not None),
+                throughput=_throughput(values, names, record.metrics),
+                tpot_p99_ms=_tpot(values, names, record.metrics, failed=record.failure is not None),
             )
         except ValidationError as exc:
             raise StorageError(
@@ -171,7 +147,7 @@ def pareto_front(study: optuna.Study) -> list[TrialResult]:
     front = [
         t
         for t in candidates
-        if not any(_dominates(o.values, t.values, directions) for o in candidates if o is not t)
+        if not any(dominates(o.values, t.values, directions) for o in candidates if o is not t)
     ]
     return [TrialResult.from_frozen(t, metric_names=study.metric_names) for t in front]
 
@@ -312,9 +288,10 @@ def _with_storage_write(trial: FrozenTrial, phases: dict[str, float]) -> dict[st
     return phases
 
 
-def _dominates(
+def dominates(
     a: Sequence[float] | None, b: Sequence[float] | None, directions: Sequence[StudyDirection]
 ) -> bool:
+    """``a`` is at least as good as ``b`` in every objective and better in one."""
     if a is None or b is None:
         return False
     better = False

@@ -254,11 +254,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
 def overhead_replay(n: int, seed: int) -> None:
     """The loop's own work, before (per-write commits, full scans) vs after, alternating."""
-    from autotune.study.journal import Journal
+    from autotune.study.journal import Entry, Journal
     from autotune.study.objectives import Objective
-    from autotune.study.record import TrialOutcome, finish_trial
+    from autotune.study.record import finish_trial
     from autotune.study.samplers import make_sampler
     from autotune.study.storage import batched_writes, batching, open_storage
+    from autotune.trial import TrialOutcome, TrialRecord
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore")
@@ -309,16 +310,19 @@ def overhead_replay(n: int, seed: int) -> None:
                     outcome = TrialOutcome(
                         values=objective.failed_values(),
                         constraints=objective.failed_constraints(),
-                        attrs={**attrs, "failure": "forbidden", "metrics": {}},
+                        record=TrialRecord.from_attrs(
+                            {**attrs, "failure": "forbidden", "metrics": {}}
+                        ),
                     )
                 else:
                     attrs["metrics"]["output_throughput"] = value * noise
                     outcome = TrialOutcome(
                         values=objective.values(attrs["metrics"]),
                         constraints=objective.constraints(attrs["metrics"]),
-                        attrs=attrs,
+                        record=TrialRecord.from_attrs(attrs),
                     )
-                path = journal.save(trial._trial_id, number=trial.number, outcome=outcome)
+                entry = Entry(outcome.values, outcome.constraints, outcome.record.to_attrs())
+                path = journal.save(trial._trial_id, number=trial.number, outcome=entry)
                 t3 = time.perf_counter()
                 finish_trial(study, trial, outcome, constraint_keys=objective.constraint_keys)
                 journal.discard(trial._trial_id)

@@ -18,8 +18,8 @@ import optuna
 from autotune.loadgen import LiveEstimate, LoadSpec
 from autotune.loadgen.client import ESTIMATE_INTERVAL_S
 from autotune.results import best_estimate, config_estimates
+from autotune.study.abort import early_abort_reason
 from autotune.study.definition import load_study_definition
-from autotune.study.runner import early_abort_reason
 
 HERE = Path(__file__).resolve().parent / "h200"
 HAND_PICKED_TOKS = 501.8

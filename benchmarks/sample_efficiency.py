@@ -5,7 +5,7 @@ of a deployment: real ``SearchSpace.suggest`` on real Optuna trials from the rea
 ``make_sampler``; the baseline enqueued first; a forbidden proposal recorded infeasible and
 never launched; an identical configuration reused, not launched; a launch that crashes or
 serves wrong text completed with the runner's own failed values and constraints
-(``failed_outcome`` / ``reused_outcome`` of ``autotune.study.record``); every trial stored
+(``autotune.trial.failed`` / ``reused_outcome`` of ``autotune.study.record``); every trial stored
 by ``finish_trial``. The sampler therefore sees exactly what it sees in production, and
 the true optimum of each surface is known, so "how many trials to get within 5% of it"
 has an exact answer.
@@ -75,13 +75,9 @@ from autotune.space.model import FloatParam, IntParam
 from autotune.space.params import ParamInfo
 from autotune.study.definition import OBJECTIVES, SLOSettings, load_study_definition
 from autotune.study.objectives import Objective
-from autotune.study.record import (  # noqa: E402
-    TrialOutcome,
-    failed_outcome,
-    finish_trial,
-    reused_outcome,
-)
+from autotune.study.record import finish_trial, reused_outcome  # noqa: E402
 from autotune.study.samplers import make_sampler
+from autotune.trial import TrialOutcome, TrialRecord, failed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SURFACES_DIR = Path(__file__).resolve().parent / "surfaces"
@@ -411,10 +407,14 @@ def run_one(
         if violations:  # runner step 2: never launched, infeasible
             kind = "forbidden"
             reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
-            outcome = failed_outcome(objective, attrs, failure="forbidden", reason=reason)
+            outcome = failed(
+                objective, TrialRecord.from_attrs(attrs), failure="forbidden", reason=reason
+            )
         elif key in known:  # runner step 3: the earlier result, nothing launched
             kind = "duplicate"
-            outcome = reused_outcome(study, known[key], attrs, objective=objective)
+            outcome = reused_outcome(
+                study, known[key], TrialRecord.from_attrs(attrs), objective=objective
+            )
             failure = outcome.attrs.get("failure")
             true_value = run.true_values[known[key]]
         else:  # launch
@@ -426,7 +426,9 @@ def run_one(
                 same = crashed.setdefault(failure, [])
                 near = any(distance(space, config, c) <= NEAR for c in same)
                 same.append(config)
-                outcome = failed_outcome(objective, attrs, failure=failure, reason=launch.reason)
+                outcome = failed(
+                    objective, TrialRecord.from_attrs(attrs), failure=failure, reason=launch.reason
+                )
             else:
                 true_value = launch.throughput
                 metrics = _metrics(launch)
@@ -436,7 +438,7 @@ def run_one(
                 outcome = TrialOutcome(
                     values=objective.values(metrics),
                     constraints=objective.constraints(metrics),
-                    attrs=attrs,
+                    record=TrialRecord.from_attrs(attrs),
                 )
         finish_trial(study, trial, outcome, constraint_keys=objective.constraint_keys)
         if outcome.attrs.get("reused_from") is None:

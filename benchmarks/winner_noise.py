@@ -139,6 +139,7 @@ def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[
                 for name, config in configs.items():
                     for i, variant in enumerate(variants):
                         tuner.definition = _definition(variant)
+                        tuner.pipeline.load = tuner._load_spec()
                         # The first variant restarts every service; the others (and the
                         # second run of the first) reuse those processes: in-run noise.
                         for again in (0, 1) if i == 0 else (0,):

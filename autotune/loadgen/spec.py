@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+
+MAX_TOKENS = 1 << 20
+"""Longest input or output a load may ask for (prompts are built in memory)."""
+MAX_REQUESTS = 1_000_000
 
 Api = Literal["completions", "chat"]
 PromptKind = Literal["token_ids", "text"]
@@ -57,21 +62,21 @@ class LoadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     concurrency: int = Field(default=16, ge=1, le=65536)
-    input_len: int = Field(default=256, ge=1)
-    output_len: int = Field(default=32, ge=1)
-    warmup_requests: int | None = Field(default=None, ge=0)
+    input_len: int = Field(default=256, ge=1, le=MAX_TOKENS)
+    output_len: int = Field(default=32, ge=1, le=MAX_TOKENS)
+    warmup_requests: int | None = Field(default=None, ge=0, le=MAX_REQUESTS)
     """Discarded requests before measuring; ``None`` means one per worker (= concurrency)."""
-    requests: int | None = Field(default=64, ge=1)
-    duration_s: float | None = Field(default=None, gt=0)
-    max_duration_s: float = Field(default=120.0, gt=0)
-    target_rel_ci: float | None = Field(default=None, gt=0, lt=1)
+    requests: int | None = Field(default=64, ge=1, le=MAX_REQUESTS)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_duration_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    target_rel_ci: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     """Stop measuring once the 95% CI half-width / mean of output throughput is <= this."""
-    min_duration_s: float = Field(default=0.0, ge=0)
+    min_duration_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Measure time before which neither the adaptive stop nor ``abort_if`` may end it."""
     api: Api = "completions"
     model: str | None = None
     """Model name sent with each request; ``None`` asks ``GET /v1/models`` once."""
-    request_timeout_s: float = Field(default=60.0, gt=0)
+    request_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     prompt: PromptKind | None = None
     """``token_ids`` (exact input length; completions only) or ``text`` (``input_len``
     words); ``None`` picks token_ids for completions, text for chat."""
@@ -85,6 +90,8 @@ class LoadSpec(BaseModel):
     seed: int = 0
     """Seeds the random prompts: equal seeds send equal prompts."""
     slo: SLO = Field(default_factory=SLO)  # type: ignore[arg-type]
+
+    _given: frozenset[str] = PrivateAttr(default=frozenset())
 
     @property
     def streams(self) -> int:
@@ -105,31 +112,74 @@ class LoadSpec(BaseModel):
             data = {**data, "requests": None}
         return data
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_given(cls, data: Any, handler: Any) -> Any:
+        """Keep which fields the caller gave: a study completes the rest from the engine's
+        request quirks (``prompt``, ``ignore_eos``, ...), and validation itself fills some."""
+        given = frozenset(data) if isinstance(data, Mapping) else None
+        spec = handler(data)
+        if given is not None:
+            spec._given = given
+        return spec
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The fields set by whoever built this spec (a study file's ``load:`` keys)."""
+        return self._given
+
     @model_validator(mode="after")
     def _resolve(self) -> LoadSpec:
-        if self.target_rel_ci is not None:
-            if self.duration_s is not None:
-                raise ValueError(
-                    "'duration_s' and 'target_rel_ci' exclude each other "
-                    "(use 'min_duration_s' and 'max_duration_s' with 'target_rel_ci')"
-                )
-        elif (self.requests is None) == (self.duration_s is None):
-            raise ValueError("set exactly one of 'requests' and 'duration_s'")
+        # PydanticCustomError with a "field": a study file's error names load.FIELD.
         if self.min_duration_s > self.max_duration_s:
-            raise ValueError(
-                f"min_duration_s ({self.min_duration_s:g}) exceeds "
-                f"max_duration_s ({self.max_duration_s:g})"
+            raise PydanticCustomError(
+                "min_duration",
+                "min_duration_s ({minimum}) exceeds max_duration_s ({limit})",
+                {
+                    "minimum": f"{self.min_duration_s:g}",
+                    "limit": f"{self.max_duration_s:g}",
+                    "field": "min_duration_s",
+                },
+            )
+        if self.target_rel_ci is not None and self.duration_s is not None:
+            raise PydanticCustomError(
+                "stop_rule",
+                "duration_s and target_rel_ci exclude each other (with target_rel_ci, bound "
+                "the measure phase with min_duration_s and max_duration_s)",
+                {"field": "target_rel_ci"},
+            )
+        if self.target_rel_ci is None and (self.requests is None) == (self.duration_s is None):
+            both = self.requests is not None
+            raise PydanticCustomError(
+                "stop_rule",
+                "requests and duration_s are both set: set exactly one of them"
+                if both
+                else "requests is null and duration_s is not set: set exactly one of them "
+                "(how many requests to measure, or for how many seconds)",
+                {"field": "duration_s" if both else "requests"},
             )
         if self.duration_s is not None and self.duration_s > self.max_duration_s:
-            raise ValueError(
-                f"duration_s ({self.duration_s:g}) exceeds max_duration_s ({self.max_duration_s:g})"
+            # The load generator would refuse it at run time; a study file, at load time.
+            raise PydanticCustomError(
+                "duration",
+                "duration_s ({duration}) exceeds max_duration_s ({limit}), the hard cap of "
+                "the measure phase; raise max_duration_s too",
+                {
+                    "duration": f"{self.duration_s:g}",
+                    "limit": f"{self.max_duration_s:g}",
+                    "field": "duration_s",
+                },
             )
         if self.warmup_requests is None:
             self.warmup_requests = self.concurrency
         if self.prompt is None:
             self.prompt = "token_ids" if self.api == "completions" else "text"
         elif self.prompt == "token_ids" and self.api == "chat":
-            raise ValueError("prompt 'token_ids' needs api 'completions' (chat takes text)")
+            raise PydanticCustomError(
+                "prompt",
+                "prompt 'token_ids' needs api 'completions' (chat takes text)",
+                {"field": "prompt"},
+            )
         return self
 
     @classmethod

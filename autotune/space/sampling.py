@@ -11,22 +11,22 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
-
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
-from optuna.trial import BaseTrial
+from typing import TYPE_CHECKING, Any
 
 from autotune.space.model import FloatParam, IntParam, Value
 from autotune.space.params import ParamInfo
 
+if TYPE_CHECKING:  # a space is read by code that never samples (the trial pipeline, checks)
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import BaseTrial
+
 
 def distribution(param: ParamInfo) -> BaseDistribution:
     """The Optuna distribution ``suggest`` uses for ``param``."""
+    # Imported here: only the study side asks for distributions, and loading a space must
+    # not load Optuna (the trial pipeline imports no Optuna: an import contract checks it).
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
     spec = param.spec
     if param.choices is not None:
         return CategoricalDistribution(list(param.choices))  # type: ignore[arg-type]

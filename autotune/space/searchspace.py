@@ -15,11 +15,13 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-from optuna.distributions import BaseDistribution
-from optuna.trial import BaseTrial
+from typing import TYPE_CHECKING
 
 from autotune.engines import EngineRef
+
+if TYPE_CHECKING:  # sampling is the study's business; reading a space loads no Optuna
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import BaseTrial
 from autotune.errors import ConfigError
 from autotune.space.checks import Rule
 from autotune.space.expr import Expr, same_value

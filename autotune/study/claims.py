@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
 import sqlalchemy
 import sqlalchemy.exc
-from optuna.storages._rdb import models as _rdb_models
+from optuna.trial import TrialState
+
+from autotune.errors import AutotuneError
+from autotune.study._optuna_compat import rdb_models as _rdb_models
+from autotune.study._optuna_compat import rdb_of as _rdb
+from autotune.study._optuna_compat import storage_of, study_id_of, trial_by_number
+from autotune.study.workers import TRIAL_WORKER_ATTR
 
 CLAIM_PREFIX = "autotune:claim:"
+BASELINE_CLAIM = f"{CLAIM_PREFIX}baseline"
+"""Held by whichever worker enqueued the baseline of a new study."""
 
 
 @dataclass(frozen=True)
@@ -43,31 +52,21 @@ def claim_key(config_key: str) -> str:
     return f"{CLAIM_PREFIX}{digest}"
 
 
-def _rdb(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | None:
-    """The RDB storage under Optuna's cache (and autotune's batching) wrapper, if any."""
-    while not isinstance(storage, optuna.storages.RDBStorage):
-        inner = getattr(storage, "_backend", None)
-        if inner is None:
-            return None
-        storage = inner
-    return storage
-
-
 def claim(study: optuna.Study, key: str, number: int) -> Claim:
     """Insert ``key`` = ``number`` unless present; who owns it afterwards."""
-    rdb = _rdb(study._storage)
+    rdb = _rdb(storage_of(study))
     if rdb is None:  # in-memory storage: one process, check-then-set is exact
-        attrs = study._storage.get_study_system_attrs(study._study_id)
+        attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
         if key in attrs:
             return Claim(won=int(attrs[key]) == number, owner=int(attrs[key]))
-        study._storage.set_study_system_attr(study._study_id, key, number)
+        storage_of(study).set_study_system_attr(study_id_of(study), key, number)
         return Claim(won=True, owner=number)
     table = _rdb_models.StudySystemAttributeModel.__table__
     try:
         with rdb.engine.begin() as conn:
             conn.execute(
                 table.insert().values(
-                    study_id=study._study_id, key=key, value_json=json.dumps(number)
+                    study_id=study_id_of(study), key=key, value_json=json.dumps(number)
                 )
             )
         return Claim(won=True, owner=number)
@@ -81,15 +80,15 @@ def claim(study: optuna.Study, key: str, number: int) -> Claim:
 
 def owner_of(study: optuna.Study, key: str) -> int | None:
     """The trial number that holds ``key``, read from the database (never from a cache)."""
-    rdb = _rdb(study._storage)
+    rdb = _rdb(storage_of(study))
     if rdb is None:
-        value = study._storage.get_study_system_attrs(study._study_id).get(key)
+        value = storage_of(study).get_study_system_attrs(study_id_of(study)).get(key)
         return None if value is None else int(value)
     table = _rdb_models.StudySystemAttributeModel.__table__
     with rdb.engine.connect() as conn:
         raw = conn.execute(
             sqlalchemy.select(table.c.value_json).where(
-                table.c.study_id == study._study_id, table.c.key == key
+                table.c.study_id == study_id_of(study), table.c.key == key
             )
         ).scalar_one_or_none()
     return None if raw is None else int(json.loads(raw))
@@ -100,21 +99,59 @@ def take_over(study: optuna.Study, key: str, *, previous: int, number: int) -> b
 
     A compare-and-swap: of several workers taking over the same claim, one succeeds.
     """
-    rdb = _rdb(study._storage)
+    rdb = _rdb(storage_of(study))
     if rdb is None:
         if owner_of(study, key) != previous:
             return False
-        study._storage.set_study_system_attr(study._study_id, key, number)
+        storage_of(study).set_study_system_attr(study_id_of(study), key, number)
         return True
     table = _rdb_models.StudySystemAttributeModel.__table__
     with rdb.engine.begin() as conn:
         done = conn.execute(
             table.update()
             .where(
-                table.c.study_id == study._study_id,
+                table.c.study_id == study_id_of(study),
                 table.c.key == key,
                 table.c.value_json == json.dumps(previous),
             )
             .values(value_json=json.dumps(number))
         )
     return done.rowcount == 1
+
+
+class ClaimedElsewhere(AutotuneError):
+    """The proposed configuration is being measured by another trial (another worker)."""
+
+    def __init__(self, owner: int, worker: str | None) -> None:
+        by = f" (worker {worker})" if worker else ""
+        super().__init__(f"the same configuration is being measured by trial #{owner}{by}")
+        self.owner = owner
+
+
+def claim_config(
+    study: optuna.Study,
+    config_key: str,
+    number: int,
+    *,
+    db: Callable[[str, Callable[[], Claim]], Claim],
+) -> int | None:
+    """Claim the configuration ``config_key`` for trial ``number``: None when it is ours to
+    launch, else the COMPLETE trial (another worker's) whose result it reuses.
+
+    ``db`` runs a database call with the caller's retry policy. Raises
+    :class:`ClaimedElsewhere` when the owner is still in flight.
+    """
+    key = claim_key(config_key)
+    for _ in range(5):
+        got = db("claiming the configuration", lambda: claim(study, key, number))
+        if got.won:
+            return None
+        owner = trial_by_number(study, got.owner)
+        if owner.state == TrialState.COMPLETE:
+            return owner.number
+        if owner.state == TrialState.FAIL:  # its worker died or was stopped: take it over
+            if take_over(study, key, previous=owner.number, number=number):
+                return None
+            continue
+        raise ClaimedElsewhere(owner.number, owner.system_attrs.get(TRIAL_WORKER_ATTR))
+    raise ClaimedElsewhere(number, None)

@@ -14,15 +14,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+from autotune.loadgen.spec import LoadSpec
 from autotune.yamlio import load_model, one_line
 
 SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2")
 OBJECTIVES = ("throughput", "throughput_vs_tpot")
 MAX_SEED = 2**32 - 1
 """Optuna's samplers seed numpy, which takes 0 .. 2**32 - 1."""
-MAX_TOKENS = 1 << 20
-"""Longest input or output a load may ask for (prompts are built in memory)."""
-MAX_REQUESTS = 1_000_000
 
 
 def _path(value: Path) -> Path:
@@ -36,78 +34,6 @@ def _path(value: Path) -> Path:
 
 FilePath = Annotated[Path, AfterValidator(_path)]
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-
-class LoadSettings(BaseModel):
-    """The fixed load each trial is scored at (DOMAIN.md §3)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    concurrency: int = Field(16, ge=1, le=4096)
-    input_len: int = Field(256, ge=1, le=MAX_TOKENS)
-    output_len: int = Field(32, ge=1, le=MAX_TOKENS)
-    warmup_requests: int | None = Field(None, ge=0, le=MAX_REQUESTS)
-    requests: int | None = Field(64, ge=1, le=MAX_REQUESTS)
-    duration_s: PositiveFinite | None = None
-    max_duration_s: PositiveFinite = 120.0
-    request_timeout_s: PositiveFinite = 60.0
-    api: Literal["completions", "chat"] = "completions"
-    prompt: Literal["token_ids", "text"] | None = None
-    """``text`` for servers that take only string prompts; default: token ids for
-    completions, text for chat."""
-    ignore_eos: bool | None = True
-    """Null: the field is not sent (a server that refuses unknown request fields)."""
-    require_done: bool = True
-    """False: a stream that ends cleanly after a ``finish_reason`` is complete without
-    ``data: [DONE]``."""
-    target_rel_ci: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
-    """Adaptive measurement: stop the measure phase once the 95% CI half-width of output
-    throughput is at most this fraction of its mean (``requests`` is then the minimum
-    count, ``max_duration_s`` the hard cap); null measures a fixed amount."""
-    min_duration_s: float = Field(0.0, ge=0, allow_inf_nan=False)
-    """Measure at least this long (wall clock) before stopping early or aborting."""
-
-    @model_validator(mode="after")
-    def _one_stop_rule(self) -> LoadSettings:
-        if self.min_duration_s > self.max_duration_s:
-            raise PydanticCustomError(
-                "min_duration",
-                "min_duration_s ({minimum}) exceeds max_duration_s ({limit})",
-                {
-                    "minimum": f"{self.min_duration_s:g}",
-                    "limit": f"{self.max_duration_s:g}",
-                    "field": "min_duration_s",
-                },
-            )
-        if self.duration_s is not None and self.target_rel_ci is not None:
-            raise PydanticCustomError(
-                "stop_rule",
-                "duration_s and target_rel_ci exclude each other (with target_rel_ci, bound "
-                "the measure phase with min_duration_s and max_duration_s)",
-                {"field": "target_rel_ci"},
-            )
-        if self.duration_s is not None:
-            if self.duration_s > self.max_duration_s:
-                # The load generator refuses it too, but only once the study has started.
-                raise PydanticCustomError(
-                    "duration",
-                    "duration_s ({duration}) exceeds max_duration_s ({limit}), the hard cap "
-                    "of the measure phase; raise max_duration_s too",
-                    {
-                        "duration": f"{self.duration_s:g}",
-                        "limit": f"{self.max_duration_s:g}",
-                        "field": "duration_s",
-                    },
-                )
-            self.requests = None
-        elif self.requests is None:
-            raise PydanticCustomError(
-                "stop_rule",
-                "requests is null and duration_s is not set: set one of them (how many "
-                "requests to measure, or for how many seconds)",
-                {"field": "requests"},
-            )
-        return self
 
 
 class SLOSettings(BaseModel):
@@ -210,7 +136,10 @@ class StudyDefinition(BaseModel):
     objective: Literal["throughput", "throughput_vs_tpot"] = "throughput"
     sampler: Literal["tpe", "random", "grid", "qmc", "nsga2"] = "tpe"
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    load: LoadSettings = Field(default_factory=LoadSettings)  # type: ignore[arg-type]
+    load: LoadSpec = Field(default_factory=LoadSpec)  # type: ignore[arg-type]
+    """The load each trial is scored at (DOMAIN.md §3): the load generator's own spec. What
+    it leaves unsaid (prompt form, ``ignore_eos``, ``[DONE]``) the engine's request quirks
+    decide; the served model comes from the deployment, the SLOs from ``slo:``."""
     slo: SLOSettings = Field(default_factory=SLOSettings)  # type: ignore[arg-type]
     correctness: CorrectnessSettings = Field(default_factory=CorrectnessSettings)  # type: ignore[arg-type]
     early_abort: EarlyAbortSettings | None = None
@@ -221,6 +150,20 @@ class StudyDefinition(BaseModel):
     keep_services_running: bool = False
 
     source: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _load_leaves_model_and_slo_to_others(self) -> StudyDefinition:
+        for key, where in (
+            ("slo", "the study's slo: section (p99 limits, max_error_rate)"),
+            ("model", "the deployment's model: field"),
+        ):
+            if key in self.load.given:
+                raise PydanticCustomError(
+                    "load_field",
+                    "load.{key} is set by {where}",
+                    {"key": key, "where": where, "field": f"load.{key}"},
+                )
+        return self
 
     def resolve(self, relative: Path) -> Path:
         """A path from the file, made absolute against the file's directory."""

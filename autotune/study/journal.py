@@ -16,10 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.study.record import TrialOutcome
+
+@dataclass
+class Entry:
+    """One journaled measurement: the values, the constraints and the stored attributes."""
+
+    values: list[float]
+    constraints: dict[str, float]
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 def _storage_key(storage_url: str, study_name: str) -> str:
@@ -36,7 +44,7 @@ class Journal:
     def path(self, trial_id: int) -> Path:
         return self.directory / f"{self._key}-{trial_id}.json"
 
-    def save(self, trial_id: int, *, number: int, outcome: TrialOutcome) -> Path:
+    def save(self, trial_id: int, *, number: int, outcome: Entry) -> Path:
         """Write (replace) the outcome of a trial; raises OSError when the disk refuses."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.path(trial_id)
@@ -61,11 +69,11 @@ class Journal:
             raise
         return path
 
-    def load(self, trial_id: int) -> TrialOutcome | None:
+    def load(self, trial_id: int) -> Entry | None:
         """The saved outcome, or None (absent, or torn by a crash before the rename)."""
         try:
             data: dict[str, Any] = json.loads(self.path(trial_id).read_text(encoding="utf-8"))
-            return TrialOutcome(
+            return Entry(
                 values=[float(v) for v in data["values"]],
                 constraints={str(k): float(v) for k, v in data["constraints"].items()},
                 attrs=dict(data["attrs"]),

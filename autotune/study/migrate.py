@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -41,6 +39,7 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import TrialState
 
 from autotune.errors import StorageError
+from autotune.study.interrupts import deferred_interrupts
 from autotune.study.storage import (
     STORAGE_EXCEPTIONS,
     _sqlite_path,
@@ -49,9 +48,10 @@ from autotune.study.storage import (
     open_storage,
     storage_errors,
 )
+from autotune.trial.record import TrialRecord
 
 try:  # Optuna internals: the RDB tables, copied row by row (checked, with copy_study fallback).
-    from optuna.storages._rdb import models as _rdb_models
+    from autotune.study._optuna_compat import rdb_models as _rdb_models
 
     _METADATA: sqlalchemy.MetaData | None = _rdb_models.BaseModel.metadata
     _HAVE_MODELS = all(hasattr(_rdb_models, n) for n in ("StudyModel", "TrialModel"))
@@ -88,6 +88,9 @@ class MigrationReport:
     """``rows`` (one transaction, rows as stored) or ``copy_study`` (Optuna's own)."""
     verified: bool = True
     directions: list[str] = field(default_factory=list)
+    schema_versions: dict[str, int] = field(default_factory=dict)
+    """Trials per stored-record version (``autotune.trial.record``): ``"1"``, ``"2"``;
+    ``"unreadable"`` for attributes that do not follow the schema (copied as they are)."""
 
     @property
     def total_trials(self) -> int:
@@ -123,6 +126,7 @@ def migrate_study(
             }
             user_attrs = source.get_study_user_attrs(source_id)
             system_attrs = source.get_study_system_attrs(source_id)
+            versions = _schema_versions(source, source_id)
             directions = source.get_study_directions(source_id)
         say(
             f"study {name!r} in {display_url(source_url)}: {sum(states.values())} trials ("
@@ -153,7 +157,20 @@ def migrate_study(
         seconds=time.monotonic() - started,
         method="rows" if use_rows else "copy_study",
         directions=[d.name.lower() for d in directions],
+        schema_versions=versions,
     )
+
+
+def _schema_versions(storage: optuna.storages.BaseStorage, study_id: int) -> dict[str, int]:
+    """How many trials of the study carry each version of the trial record."""
+    counts: dict[str, int] = {}
+    for trial in storage.get_all_trials(study_id, deepcopy=False):
+        try:
+            version = str(TrialRecord.from_attrs(trial.user_attrs).schema_version)
+        except StorageError:
+            version = "unreadable"
+        counts[version] = counts.get(version, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _copy_and_verify(
@@ -398,26 +415,10 @@ def _copy_with_optuna(
         ) from exc
 
 
-@contextlib.contextmanager
-def _deferred_interrupts() -> Iterator[None]:
-    """Ctrl-C inside the block takes effect right after it (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
-
-
 def _discard(target: optuna.storages.BaseStorage, name: str, target_url: str) -> None:
     """Delete the (partial or unverified) copy; StorageError when even that fails."""
     try:
-        with _deferred_interrupts():
+        with deferred_interrupts():
             study_id = target.get_study_id_from_name(name)
             target.delete_study(study_id)
     except KeyError:

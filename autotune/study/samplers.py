@@ -25,6 +25,8 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
+from autotune.results import dominates, feasible
+from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.definition import SAMPLERS
 
 _QUIET_INDEPENDENT: dict[str, Any] = (
@@ -68,19 +70,9 @@ def _fresh_seed() -> int:
     return int(np.random.default_rng().integers(2**32))
 
 
-def _feasible(trial: FrozenTrial) -> bool:
-    return trial.values is not None and all(v <= 0.0 for v in trial.constraints.values())
-
-
 def _failed_numbers(trials: list[FrozenTrial]) -> set[int]:
     """Numbers of the infeasible trials (read once: constraints are parsed on each access)."""
-    return {t.number for t in trials if not _feasible(t)}
-
-
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
-    better = [x * s for x, s in zip(a, signs, strict=True)]
-    worse = [x * s for x, s in zip(b, signs, strict=True)]
-    return all(x <= y for x, y in zip(better, worse, strict=True)) and better != worse
+    return {t.number for t in trials if not feasible(t)}
 
 
 class LocalTPESampler(BaseSampler):
@@ -140,13 +132,13 @@ class LocalTPESampler(BaseSampler):
         if plan is None:
             return self._tpe.infer_relative_search_space(study, trial)
         space, params = plan
-        self._plans[trial._trial_id] = params
+        self._plans[trial_id_of(trial)] = params
         return space
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        params = self._plans.get(trial._trial_id)
+        params = self._plans.get(trial_id_of(trial))
         if params is not None:
             return {k: v for k, v in params.items() if k in search_space}
         params = self._tpe.sample_relative(study, trial, search_space)
@@ -182,7 +174,7 @@ class LocalTPESampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._plans.pop(trial._trial_id, None)
+        self._plans.pop(trial_id_of(trial), None)
         self._tpe.after_trial(study, trial, state, values)
 
     # ------------------------------------------------------------------ local moves
@@ -190,16 +182,17 @@ class LocalTPESampler(BaseSampler):
     def _incumbent(
         self, study: Study, trials: list[FrozenTrial], failed: set[int], rng: np.random.Generator
     ) -> FrozenTrial | None:
-        feasible = [t for t in trials if t.number not in failed and t.params]
-        if not feasible:
+        usable = [t for t in trials if t.number not in failed and t.params]
+        if not usable:
             return None
-        signs = [-1.0 if d == StudyDirection.MAXIMIZE else 1.0 for d in study.directions]
-        if len(signs) == 1:
-            return min(feasible, key=lambda t: (signs[0] * t.values[0], t.number))
+        directions = study.directions
+        if len(directions) == 1:
+            sign = -1.0 if directions[0] == StudyDirection.MAXIMIZE else 1.0
+            return min(usable, key=lambda t: (sign * t.values[0], t.number))
         front = [
             t
-            for t in feasible
-            if not any(_dominates(o.values, t.values, signs) for o in feasible if o is not t)
+            for t in usable
+            if not any(dominates(o.values, t.values, directions) for o in usable if o is not t)
         ]
         return front[int(rng.integers(len(front)))]
 
@@ -235,8 +228,8 @@ class LocalTPESampler(BaseSampler):
             if any(_matches(params, sig) for sig in signatures):
                 continue
             if lever is not None:
-                study._storage.set_trial_system_attr(
-                    trial._trial_id, MOVE_ATTR, [lever, best.number]
+                storage_of(study).set_trial_system_attr(
+                    trial_id_of(trial), MOVE_ATTR, [lever, best.number]
                 )
             return _current(best, trials), params
         names = sorted(best.distributions)
@@ -651,7 +644,7 @@ class RandomOrderGridSampler(BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        point = self._points.get(trial._trial_id)
+        point = self._points.get(trial_id_of(trial))
         if point is None:
             point = self._take(study, trial)
         if param_name not in point:
@@ -665,7 +658,7 @@ class RandomOrderGridSampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._points.pop(trial._trial_id, None)
+        self._points.pop(trial_id_of(trial), None)
 
     def _take(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         visited = {t.system_attrs.get(GRID_ATTR) for t in study._get_trials(deepcopy=False)} - {
@@ -675,12 +668,12 @@ class RandomOrderGridSampler(BaseSampler):
         if len(visited) < self.size:
             while index in visited:
                 index = int(self._rng.integers(self.size))
-        study._storage.set_trial_system_attr(trial._trial_id, GRID_ATTR, index)
+        storage_of(study).set_trial_system_attr(trial_id_of(trial), GRID_ATTR, index)
         point = {}
         for name, values in zip(self._names, self._values, strict=True):
             index, i = divmod(index, len(values))
             point[name] = values[i]
-        self._points[trial._trial_id] = point
+        self._points[trial_id_of(trial)] = point
         return point
 
 

@@ -34,7 +34,9 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.errors import StorageError
+from autotune.failures import Failure
 from autotune.results import THROUGHPUT, best_estimate, feasible, format_estimate
+from autotune.study._optuna_compat import METRIC_NAMES_KEY, storage_of, study_id_of
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
     WORKER_LOST,
@@ -44,15 +46,14 @@ from autotune.study.workers import (
     parse_worker_records,
     worker_key,
 )
+from autotune.trial.record import TrialRecord
 
 Liveness = Literal["running", "lost", "stopped", "interrupted", "failed"]
 _LIVENESS_ORDER = {"running": 0, "lost": 1, "interrupted": 2, "failed": 3, "stopped": 4}
 
-_METRIC_NAMES_KEY: str | None
-try:  # where Optuna keeps set_metric_names (read from the one system-attribute read)
-    from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES as _METRIC_NAMES_KEY
-except ImportError:  # pragma: no cover - another Optuna layout: read through the study
-    _METRIC_NAMES_KEY = None
+# Where Optuna keeps set_metric_names (read from the one system-attribute read); None:
+# another Optuna layout, read through the study.
+_METRIC_NAMES_KEY: str | None = METRIC_NAMES_KEY
 
 
 # --- the status model ------------------------------------------------------------------
@@ -224,7 +225,7 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
     now = datetime.now(timezone.utc) if now is None else now
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
-    system_attrs = study._storage.get_study_system_attrs(study._study_id)
+    system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
     trials = study.get_trials(deepcopy=False)
     records, unreadable = parse_worker_records(system_attrs)
     snapshot = _Snapshot(study, trials, system_attrs)
@@ -246,27 +247,29 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
             unowned += 1
         else:
             owners[owner] += 1
-        attrs = t.user_attrs
+        try:
+            stored = TrialRecord.from_attrs(t.user_attrs, where=f"trial {t.number}")
+        except StorageError:  # status shows what it can; `best` names the broken trial
+            stored = TrialRecord(failure=Failure.unknown.value)
         if t.state == TrialState.RUNNING and owner is not None:
             running_by[owner] += 1
         elif t.state == TrialState.FAIL and owner is not None:
-            lost_by[owner] += attrs.get("failure") == WORKER_LOST
+            lost_by[owner] += stored.failure == WORKER_LOST
         if t.state != TrialState.COMPLETE:
             continue
         if owner is not None:
             complete_by[owner] += 1
-        is_reused = attrs.get("reused_from") is not None
+        is_reused = stored.reused_from is not None
         reused += is_reused
-        failed = attrs.get("failure") is not None
+        failed = stored.failure is not None
         infeasible += failed
-        aborted += bool(attrs.get("aborted"))
-        if is_reused or failed or not attrs.get("metrics") or not t.values:
+        aborted += bool(stored.aborted)
+        if is_reused or failed or not stored.metrics or not t.values:
             continue  # not a measurement of its own
-        config = attrs.get("config")
-        if config is not None:
-            key = json.dumps(config, sort_keys=True, default=str)
+        if stored.config:
+            key = json.dumps(stored.config, sort_keys=True, default=str)
             configs.setdefault(key, []).append(t.number)
-        if feasible(t) and not attrs.get("aborted"):
+        if feasible(t) and not stored.aborted:
             value = _throughput(t.values, metric_names)
             if value is not None and (best_run is None or value > best_run.throughput):
                 best_run = BestRun(trial=t.number, throughput=value)

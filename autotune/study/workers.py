@@ -29,19 +29,26 @@ from typing import Any, Literal
 
 import optuna
 import sqlalchemy
-from optuna.storages._rdb import models as _rdb_models
-from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.study.claims import _rdb
+from autotune.failures import Failure
+from autotune.study._optuna_compat import create_scoped_session as _create_scoped_session
+from autotune.study._optuna_compat import rdb_models as _rdb_models
+from autotune.study._optuna_compat import rdb_of as _rdb
+from autotune.study._optuna_compat import (
+    set_trial_attr_without_commit,
+    storage_of,
+    study_id_of,
+    trial_id_of,
+)
 from autotune.study.storage import STORAGE_EXCEPTIONS, describe_storage_failure
 
 WORKER_ATTR_PREFIX = "autotune:worker:"
 """Study system attribute ``autotune:worker:<name>``: that worker's :class:`WorkerRecord`."""
 TRIAL_WORKER_ATTR = "autotune:worker"
 """Trial system attribute: the name of the worker that owns the trial (set at ask)."""
-WORKER_LOST = "worker_lost"
+WORKER_LOST = Failure.worker_lost.value
 """Trial user attribute ``failure`` of a RUNNING trial failed because its worker died."""
 
 WorkerState = Literal["running", "stopped", "interrupted", "failed"]
@@ -176,7 +183,9 @@ def parse_worker_records(
 
 def read_workers(study: optuna.Study) -> dict[str, WorkerRecord | None]:
     """Every worker record of the study by name (None: a record that does not parse)."""
-    records, bad = parse_worker_records(study._storage.get_study_system_attrs(study._study_id))
+    records, bad = parse_worker_records(
+        storage_of(study).get_study_system_attrs(study_id_of(study))
+    )
     out: dict[str, WorkerRecord | None] = {b.key[len(WORKER_ATTR_PREFIX) :]: None for b in bad}
     out.update((r.name, r) for r in records)
     return out
@@ -265,7 +274,7 @@ class Worker:
     def on_trial(self, trial: optuna.Trial | None) -> None:
         """The trial this worker now runs (None: between trials); beats for it at once."""
         with self._lock:
-            self._trial_id = None if trial is None else trial._trial_id
+            self._trial_id = None if trial is None else trial_id_of(trial)
             self.record.trial = None if trial is None else trial.number
             self.record.phase = None if trial is None else "ask"
         self._wake.set()  # the thread beats for it now (a trial that never beat is found
@@ -311,7 +320,7 @@ class Worker:
             try:
                 self._write()
                 trial_id = self._trial_id
-                rdb = _rdb(self.study._storage)
+                rdb = _rdb(storage_of(self.study))
                 if trial_id is not None and rdb is not None:
                     rdb.record_heartbeat(trial_id)
                 if self._failing:
@@ -331,8 +340,8 @@ class Worker:
             value: dict[str, Any] = self.record.model_dump()
         # Straight to the database (not through the tuner's retrying storage): a heartbeat
         # that fails is reported once and tried again at the next beat.
-        storage = _rdb(self.study._storage) or self.study._storage
-        storage.set_study_system_attr(self.study._study_id, self.key, value)
+        storage = _rdb(storage_of(self.study)) or storage_of(self.study)
+        storage.set_study_system_attr(study_id_of(self.study), self.key, value)
 
     def _error(self, text: str) -> None:
         if self._on_error is not None:
@@ -370,7 +379,7 @@ def lost_trials(
     trial is older than the lease (it died between ``ask`` and the first beat).
     ``exclude_worker``: this worker's own trials are its business (see the runner).
     """
-    rdb = _rdb(study._storage)
+    rdb = _rdb(storage_of(study))
     if rdb is None:
         return []
     trials = _rdb_models.TrialModel.__table__
@@ -390,7 +399,7 @@ def lost_trials(
                 (attrs.c.trial_id == trials.c.trial_id) & (attrs.c.key == TRIAL_WORKER_ATTR),
             )
         )
-        .where(trials.c.study_id == study._study_id, trials.c.state == TrialState.RUNNING)
+        .where(trials.c.study_id == study_id_of(study), trials.c.state == TrialState.RUNNING)
     )
     with rdb.engine.connect() as conn:
         rows = conn.execute(query).all()
@@ -439,7 +448,7 @@ def fail_lost_trial(study: optuna.Study, lost: LostTrial, *, reason: str) -> boo
     One transaction with the trial row locked: attributes and state together, and only the
     first of several workers doing it at once succeeds (True).
     """
-    rdb = _rdb(study._storage)
+    rdb = _rdb(storage_of(study))
     if rdb is None:
         return False
     with _create_scoped_session(rdb.scoped_session, True) as session:
@@ -448,7 +457,7 @@ def fail_lost_trial(study: optuna.Study, lost: LostTrial, *, reason: str) -> boo
             return False
         model = _rdb_models.TrialUserAttributeModel
         for key, value in (("failure", "worker_lost"), ("reason", reason)):
-            rdb._set_trial_attr_without_commit(session, model, lost.trial_id, key, value)
+            set_trial_attr_without_commit(rdb, session, model, lost.trial_id, key, value)
         row.state = TrialState.FAIL
         row.datetime_complete = dt.datetime.now()
     return True

@@ -185,7 +185,7 @@ def _field_names() -> list[str]:
     from autotune.study import definition as study
 
     models: list[type[BaseModel]] = [Deployment, ServiceDef, HealthCheck, HostSpec]
-    models += [study.StudyDefinition, study.LoadSettings, study.SLOSettings]
+    models += [study.StudyDefinition, study.LoadSpec, study.SLOSettings]
     models += [study.CorrectnessSettings]
     names = {name for model in models for name in model.model_fields}
     names |= {name for fields in MODEL_FIELDS.values() for name in fields}

@@ -35,7 +35,8 @@ from autotune.secrets import (
 )
 from autotune.specs import ServiceSpec
 from autotune.study.progress import PlainProgress, TrialReport
-from autotune.study.record import LOG_TAIL_CHARS, TrialOutcome, fail_trial, finish_trial
+from autotune.study.record import fail_trial, finish_trial
+from autotune.trial.record import LOG_TAIL_CHARS, TrialOutcome, TrialRecord
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_CANARYred4ct10n"
@@ -254,7 +255,9 @@ def test_finish_trial_stores_only_redacted_attributes(tmp_path: Path) -> None:
     # A long tail whose cut at LOG_TAIL_CHARS falls inside the secret.
     cut = f"key {KEY} " + "x" * (LOG_TAIL_CHARS - len(KEY) // 2 - 1)
     attrs["log_tail"] = str(attrs["log_tail"]) + cut
-    outcome = TrialOutcome(values=[1.0], constraints={"feasible": 0.0}, attrs=attrs)
+    outcome = TrialOutcome(
+        values=[1.0], constraints={"feasible": 0.0}, record=TrialRecord.from_attrs(attrs)
+    )
     finish_trial(study, trial, outcome, constraint_keys=["feasible"])
     stored = study.trials[0].user_attrs
     assert _canaries(json.dumps(stored)) == [], stored

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.loadgen import LiveEstimate
+from autotune.study.abort import early_abort_reason
 from autotune.study.definition import EarlyAbortSettings
-from autotune.study.runner import early_abort_reason
 
 SETTINGS = EarlyAbortSettings(abort_below=0.8, margin_before_ci=0.5)
 INCUMBENT = (773.4, 2)  # threshold 618.7 tok/s

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from autotune.space.settings import ServiceSettings
-from autotune.study.effective import find_overrides
+from autotune.trial.effective import find_overrides
 
 
 def test_switch_rewritten_by_server_is_flagged() -> None:

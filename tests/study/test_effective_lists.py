@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune.engines import load_manifest
 from autotune.space.settings import ServiceSettings
-from autotune.study.effective import find_overrides
+from autotune.trial.effective import find_overrides
 
 
 def test_list_flag_compared_as_a_list() -> None:

@@ -13,7 +13,8 @@ from autotune.errors import LaunchError
 from autotune.launch.base import EventCallback, Launcher, RunningState
 from autotune.specs import ServiceSpec
 from autotune.study.definition import load_study_definition
-from autotune.study.runner import HostFailure, Tuner
+from autotune.study.runner import Tuner
+from autotune.trial import HostFailure
 
 
 class UnreachableLauncher(Launcher):

@@ -18,7 +18,8 @@ from optuna.trial import TrialState
 
 from autotune.results import feasible
 from autotune.study.definition import load_study_definition
-from autotune.study.runner import FAULT_SCAN_LINES, Tuner
+from autotune.study.runner import Tuner
+from autotune.trial import FAULT_SCAN_LINES
 
 OOM_LINE = (
     "ERROR:transformers.generation.continuous_batching.continuous_api:Error in generation loop: "

@@ -34,13 +34,14 @@ from autotune.study import migrate
 from autotune.study.definition import SLOSettings
 from autotune.study.migrate import MigrationReport, compare_studies, migrate_study
 from autotune.study.objectives import Objective
-from autotune.study.record import TrialOutcome, fail_trial, failed_outcome, finish_trial
+from autotune.study.record import fail_trial, finish_trial
 from autotune.study.storage import (
     batched_writes,
     batching,
     create_or_load_study,
     open_storage,
 )
+from autotune.trial import TrialOutcome, TrialRecord, failed
 
 # Exactly what tests/conftest.py is to get; shadowed by it once it has them.
 pg_server = pytest.fixture(scope="session", name="pg_server")(pg_server_fixture)
@@ -104,17 +105,20 @@ def build_study(url: str, name: str = NAME) -> None:
             "sim_speedup": 12.5,
         }
         if throughput is None:
-            outcome = failed_outcome(
-                OBJECTIVE, attrs, failure="cuda_oom", reason="decode: CUDA out of memory",
+            outcome = failed(
+                OBJECTIVE,
+                TrialRecord.from_attrs(attrs),
+                failure="cuda_oom",
+                reason="decode: CUDA out of memory",
                 log_tail="torch.OutOfMemoryError: CUDA out of memory",
-            )  # fmt: skip
+            )
         else:
             measured = metrics(throughput, 50.0)
             attrs.update(metrics=measured, failure=None, reason="", log_tail="")
             outcome = TrialOutcome(
                 values=OBJECTIVE.values(measured),
                 constraints=OBJECTIVE.constraints(measured),
-                attrs=attrs,
+                record=TrialRecord.from_attrs(attrs),
             )
         finish_trial(study, trial, outcome, constraint_keys=OBJECTIVE.constraint_keys)
     interrupted = study.ask()
@@ -542,3 +546,23 @@ def test_cli_migrate(source: Path, tmp_path: Path) -> None:
     assert (
         again.stderr.startswith("error: ") and "already holds a study named 'mig'" in again.stderr
     )
+
+
+def test_the_report_counts_trials_by_record_version(tmp_path: Path) -> None:
+    """Each trial carries the version of the record its writer used: none (1) before the
+    typed record, 2 now; attributes that do not parse are counted, and copied as they are."""
+    url = sqlite_url(tmp_path / "versions.db")
+    study = optuna.create_study(study_name="v", storage=url, directions=OBJECTIVE.directions)
+    for attrs in (
+        TrialRecord(config={"x": 1}).to_attrs(),  # written now
+        {"config": {"x": 2}, "failure": None},  # written before schema_version existed
+        {"config": "not a mapping"},  # damaged
+    ):
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, [1.0])
+    report = migrate_study(
+        source_url=url, target_url=sqlite_url(tmp_path / "copy.db"), study_name="v"
+    )
+    assert report.schema_versions == {"1": 1, "2": 1, "unreadable": 1}

@@ -1,0 +1,372 @@
+"""One trial, from a configuration to a scored record: check -> render -> launch -> probe ->
+warm-up -> measure -> score.
+
+The pipeline knows nothing of Optuna or of the study: it is given a configuration and
+returns a :class:`~autotune.trial.record.TrialOutcome`; the study loop
+(:mod:`autotune.study.runner`) asks the sampler for configurations, decides which need a
+launch at all (an identical one already measured, or claimed by another worker) and tells
+the storage. So every step of the README's data flow can be run and tested on its own, with
+a fake launcher, and a new kind of study (a sweep, an ablation) reuses it as it is.
+
+Faults: one deadline per trial (``trial_timeout_s``) caps restart, probe and load; a service
+that dies while measured makes the trial infeasible (``crashed`` or the class its log shows)
+and every service is stopped so the next trial starts from fresh processes; so does a hung
+or half-dead server, whatever its flags.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from autotune.deployment import Deployment
+from autotune.engines import BaseEngine
+from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
+from autotune.failpoints import failpoint
+from autotune.failures import NOT_THE_CONFIG, Failure
+from autotune.launch import Launcher, explain_fault
+from autotune.loadgen import AbortRule, LoadSpec, probe_text, rescale_time, run_load
+from autotune.render import render
+from autotune.space import SearchSpace
+from autotune.specs import ServiceSpec
+from autotune.trial.effective import find_overrides
+from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
+
+FAULT_SCAN_LINES = 2000
+"""Log lines searched for the cause of a live server's fault: the traceback of an OOM in a
+worker thread can sit under hundreds of access-log lines of the requests that failed after it."""
+
+
+class HostFailure(AutotuneError):
+    """A host could not be reached: the run stops; the trial's config is retried on resume."""
+
+
+class Scorer(Protocol):
+    """From measured metrics to the objective's values and the constraint values."""
+
+    def values(self, metrics: Mapping[str, Any]) -> list[float]: ...
+    def constraints(self, metrics: Mapping[str, Any]) -> dict[str, float]: ...
+    def failed_values(self) -> list[float]: ...
+    def failed_constraints(self) -> dict[str, float]: ...
+
+
+class ReferenceOutput(Protocol):
+    """Where the correctness reference lives (the study keeps it; a test, a dict)."""
+
+    def get(self) -> str | None: ...
+    def set(self, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The greedy correctness probe: its text must equal the reference."""
+
+    enabled: bool = True
+    prompt: str = "Explain in one sentence why the sky is blue."
+    max_tokens: int = 16
+    expected: str | None = None
+    """Exact expected text; None: the first healthy trial's text becomes the reference."""
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    trial_timeout_s: float
+    max_error_rate: float = 0.0
+    probe: ProbeSettings = ProbeSettings()
+
+
+@dataclass
+class Prepared:
+    """A configuration checked and rendered: what a launch would start."""
+
+    config: dict[str, Any]
+    specs: dict[str, ServiceSpec]
+    record: TrialRecord
+
+
+def failed(
+    scorer: Scorer, record: TrialRecord, *, failure: str, reason: str, log_tail: str = ""
+) -> TrialOutcome:
+    """An infeasible outcome (forbidden, crashed, wrong output, ...): the failure class, its
+    reason and the log tail on ``record``; the objective's failed values."""
+    record.failure = str(failure)
+    record.reason = reason
+    record.log_tail = log_tail
+    return TrialOutcome(
+        values=scorer.failed_values(), constraints=scorer.failed_constraints(), record=record
+    )
+
+
+def service_records(specs: Mapping[str, ServiceSpec]) -> dict[str, ServiceRecord]:
+    return {
+        name: ServiceRecord(
+            command=spec.command_line(),
+            argv=list(spec.argv),
+            env=dict(spec.env),
+            unset_env=list(spec.unset_env),
+            fingerprint=spec.fingerprint(),
+            depends_on=list(spec.depends_on),
+            ready_timeout_s=spec.ready_timeout_s,
+            workdir=spec.workdir,
+            health_url=spec.health_url,
+        )
+        for name, spec in specs.items()
+    }
+
+
+class TrialPipeline:
+    """Evaluates configurations of ``space`` on ``deployment`` through ``launcher``."""
+
+    def __init__(
+        self,
+        *,
+        space: SearchSpace,
+        deployment: Deployment,
+        launcher: Launcher,
+        scorer: Scorer,
+        load: LoadSpec,
+        settings: PipelineSettings,
+        reference: ReferenceOutput,
+        engines: Mapping[str, BaseEngine],
+        run_dir: Any,
+        on_phase: Callable[[str], None] = lambda name: None,
+        on_warning: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        self.space = space
+        self.deployment = deployment
+        self.launcher = launcher
+        self.scorer = scorer
+        self.load = load
+        self.settings = settings
+        self.reference = reference
+        self.engines = dict(engines)
+        """Per space service: the engine it runs (versions, option spellings)."""
+        self.run_dir = run_dir
+        self.on_phase = on_phase
+        self.on_warning = on_warning
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ steps
+
+    def prepare(self, config: dict[str, Any], *, is_baseline: bool) -> Prepared | TrialOutcome:
+        """Check and render ``config``: a forbidden one is an outcome at once (nothing is
+        launched), else what :meth:`measure` would start."""
+        record = TrialRecord(
+            config=config, is_baseline=is_baseline, deployment=self.deployment.name
+        )
+        violations = self.space.violations(config)
+        if violations:
+            record.violations = [v.name for v in violations]
+            reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
+            return failed(self.scorer, record, failure=Failure.forbidden, reason=reason)
+        specs = render(self.space, self.deployment, config, run_dir=self.run_dir)
+        record.services = service_records(specs)
+        return Prepared(config=config, specs=specs, record=record)
+
+    def measure(
+        self, prepared: Prepared, *, fresh: bool = False, abort_if: AbortRule | None = None
+    ) -> TrialOutcome:
+        """Launch, probe and load a prepared configuration; ``fresh``: every service is
+        started anew (a re-measurement must not keep the processes it repeats, each of which
+        draws its own speed)."""
+        record, specs = prepared.record, prepared.specs
+        phases = record.phase_seconds
+        deadline = time.monotonic() + self.settings.trial_timeout_s
+
+        def on_event(service: str, event: str) -> None:
+            self.on_phase(f"restart: {service} {event}")
+            failpoint(f"restart.{event}")
+
+        self.on_phase("restart")
+        t = time.monotonic()
+        try:
+            if fresh:
+                self.launcher.stop_all()
+            applied = self.launcher.apply(specs, on_event=on_event, deadline=deadline)
+        except LaunchError as exc:
+            phases["restart"] = time.monotonic() - t
+            if exc.failure in NOT_THE_CONFIG:
+                raise HostFailure(str(exc)) from None
+            return failed(
+                self.scorer,
+                record,
+                failure=exc.failure,
+                reason=f"{exc.service}: {exc.reason}",
+                log_tail=exc.log_tail,
+            )
+        phases["restart"] = time.monotonic() - t
+        record.restarted = list(applied.restarted)
+        record.effective = dict(applied.info)
+        self._read_back(prepared, record)
+
+        endpoint = self.deployment.endpoint_url(specs)
+        failpoint("probe")
+        t = time.monotonic()
+        wrong = self._check_output(endpoint, deadline=deadline)
+        phases["probe"] = time.monotonic() - t
+        if wrong is not None:
+            return self._after_fault(specs, record, failure=Failure.wrong_output, reason=wrong)
+
+        def on_load_phase(name: str) -> None:
+            self.on_phase("warm-up" if name.startswith("warm") else name)
+            if name.startswith("warm"):
+                failpoint("warmup")
+
+        def on_progress(done: int, total: int) -> None:
+            if done == 1:
+                failpoint("measure")
+
+        try:
+            result = run_load(
+                endpoint,
+                self.load,
+                on_phase=on_load_phase,
+                on_progress=on_progress,
+                deadline=deadline,
+                abort_if=None if fresh else abort_if,
+            )
+        except BenchError as exc:
+            timed_out = time.monotonic() >= deadline
+            return self._after_fault(
+                specs,
+                record,
+                failure=Failure.trial_timeout if timed_out else Failure.bench_failed,
+                reason=str(exc),
+                stalled=isinstance(exc, BenchTimeout),
+            )
+        died = self.launcher.check_alive(specs)
+        if died is not None:
+            return self._after_fault(specs, record, failure=died.failure, reason=str(died))
+        phases["warmup"] = result.warmup_seconds
+        phases["measure"] = result.measure_seconds
+        # A simulated deployment may run faster than the hardware it models: figures are
+        # stored in the modeled hardware's time.
+        speedup = self.deployment.sim_speedup
+        metrics = rescale_time(result.metrics, speedup).model_dump(mode="json")
+        record.sim_speedup = speedup
+        record.metrics = metrics
+        if result.stop_reason:
+            record.stop_reason = result.stop_reason
+        if result.aborted:
+            record.aborted = result.aborted
+        limit = self.settings.max_error_rate
+        if metrics["error_rate"] > limit:
+            errors = ", ".join(f"{n}x {text}" for text, n in metrics["errors"].items())
+            record.failure = Failure.request_errors.value
+            record.reason = (
+                f"{metrics['failed']} of {metrics['failed'] + metrics['completed']} requests "
+                f"failed (error rate {metrics['error_rate']:.1%} > max_error_rate "
+                f"{limit:.1%}): {errors}"
+            )[:2000]
+            self.launcher.stop_all()  # the next trial starts from fresh processes
+        return TrialOutcome(
+            values=self.scorer.values(metrics),
+            constraints=self.scorer.constraints(metrics),
+            record=record,
+        )
+
+    def evaluate(
+        self,
+        config: dict[str, Any],
+        *,
+        is_baseline: bool = False,
+        fresh: bool = False,
+        abort_if: AbortRule | None = None,
+    ) -> TrialOutcome:
+        """:meth:`prepare` then, unless forbidden, :meth:`measure`."""
+        prepared = self.prepare(config, is_baseline=is_baseline)
+        if isinstance(prepared, TrialOutcome):
+            return prepared
+        return self.measure(prepared, fresh=fresh, abort_if=abort_if)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _read_back(self, prepared: Prepared, record: TrialRecord) -> None:
+        """What the servers say they run: the engine version (warned once when it is not
+        the space's release) and the tuned values they silently rewrote (``overrides``)."""
+        effective = record.effective
+        versions: dict[str, str] = {}
+        overrides: list[str] = []
+        for name, spec in prepared.specs.items():
+            engine = self.engines.get(spec.settings_of)
+            info = effective.get(name)
+            if engine is None:
+                continue
+            if info:
+                version = engine.version_from(info)
+                if version is not None:
+                    versions[name] = version
+                warning = engine.version_mismatch(name, info)
+                if warning is not None and warning not in self._warned:
+                    self._warned.add(warning)
+                    self.on_warning(f"warning: {warning}")
+            overrides += find_overrides(
+                {name: self.space.settings_for(spec.settings_of, prepared.config)},
+                effective,
+                manifest=engine.manifest,
+            )
+        if versions:
+            record.engine_version = versions
+        record.overrides = overrides
+
+    def _after_fault(
+        self,
+        specs: Mapping[str, ServiceSpec],
+        record: TrialRecord,
+        *,
+        failure: str,
+        reason: str,
+        stalled: bool = False,
+    ) -> TrialOutcome:
+        """A trial that failed after its services were healthy: infeasible with the reason;
+        every service is stopped so the next trial starts from fresh processes.
+
+        The class comes from a service that died, else from what the live services' logs
+        say (an OOM in a worker thread, torch.compile still running when a ``stalled`` load
+        gave up), else it is ``failure``."""
+        failure = str(failure)
+        died = self.launcher.check_alive(specs)
+        if died is not None and failure != died.failure:
+            reason = f"{reason}; {died}"
+            failure = died.failure
+        if died is None:
+            cause = explain_fault(
+                self.launcher.log_tails(specs, lines=FAULT_SCAN_LINES), stalled=stalled
+            )
+            if cause is not None and cause.failure.value != failure:
+                reason = f"{reason}; the log says: {cause.line}"
+                failure = cause.failure.value
+        tail = died.log_tail if died is not None else self.launcher.log_tails(specs)
+        self.launcher.stop_all()
+        return failed(self.scorer, record, failure=failure, reason=reason, log_tail=tail)
+
+    def _check_output(self, endpoint: str, *, deadline: float) -> str | None:
+        """None when the greedy probe's text matches the reference, else the reason."""
+        probe = self.settings.probe
+        if not probe.enabled:
+            return None
+        self.on_phase("correctness probe")
+        try:
+            text = probe_text(
+                endpoint,
+                prompt=probe.prompt,
+                max_tokens=probe.max_tokens,
+                model=self.deployment.model,
+                deadline=deadline,
+            )
+        except BenchError as exc:
+            return f"correctness probe failed: {exc}"
+        reference = probe.expected or self.reference.get()
+        if reference is None:
+            # The first healthy trial (the baseline: the deployment as it runs today) defines
+            # what correct output looks like.
+            self.reference.set(text)
+            return None
+        if text != reference:
+            return (
+                f"greedy output differs from the reference: got {text[:80]!r}, "
+                f"expected {reference[:80]!r}"
+            )
+        return None

@@ -1,0 +1,190 @@
+"""What one trial stores, typed: the writer (the pipeline, the study loop) and every reader
+(best, report, status, exports, migrate) go through these models, never through loose keys.
+
+A study keeps each field of a :class:`TrialRecord` as one Optuna user attribute (the stored
+trial schema, docs/ARCHITECTURE.md), so optuna-dashboard shows them one by one and studies
+written before ``schema_version`` existed still read: a missing version is 1, a missing
+field takes its default, and keys this release does not know are kept aside, never lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.errors import StorageError
+
+SCHEMA_VERSION = 2
+"""1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
+``violations`` and ``engine_version`` added, every field typed here."""
+
+MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
+"""Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
+
+ConfigValue = bool | int | float | str
+LOG_TAIL_CHARS = 4000
+
+
+def zero_phases() -> dict[str, float]:
+    return dict.fromkeys(MEASURED_PHASES, 0.0)
+
+
+class ServiceRecord(BaseModel):
+    """One service as it ran in a trial (``services[name]``).
+
+    ``depends_on``, ``ready_timeout_s`` and ``workdir`` are optional: when the study did not
+    store them, exporters infer dependencies from the command lines and use a default
+    start-up timeout.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    command: str = ""
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    unset_env: list[str] = Field(default_factory=list)
+    fingerprint: str = ""
+    depends_on: list[str] | None = None
+    ready_timeout_s: float | None = None
+    workdir: str | None = None
+    health_url: str | None = None
+
+
+class TrialRecord(BaseModel):
+    """Everything a trial stores besides its values and constraints."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    config: dict[str, ConfigValue | None] = Field(default_factory=dict)
+    """Parameter -> value: the active and the derived ones."""
+    is_baseline: bool = False
+    deployment: str | None = None
+    failure: str | None = None
+    """None, or a class of :mod:`autotune.failures`."""
+    reason: str | None = None
+    log_tail: str = ""
+    violations: list[str] = Field(default_factory=list)
+    """Forbidden rules the configuration broke (``failure: forbidden``)."""
+    reused_from: int | None = None
+    retry_of: int | None = None
+    phase_seconds: dict[str, float] = Field(default_factory=zero_phases)
+    services: dict[str, ServiceRecord] = Field(default_factory=dict)
+    restarted: list[str] = Field(default_factory=list)
+    effective: dict[str, Any] = Field(default_factory=dict)
+    """Service -> the arguments the server reports it runs with (``/server_info``)."""
+    overrides: list[str] = Field(default_factory=list)
+    engine_version: dict[str, str] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """The load generator's ``Metrics``, in the modeled hardware's time."""
+    sim_speedup: float | None = None
+    stop_reason: str | None = None
+    aborted: str | None = None
+    """Why the measure phase was cut short (clearly below the incumbent): the values are a
+    partial estimate and the trial never wins unless re-measured."""
+    extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """Stored keys this release does not know (a newer writer's): kept, written back."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = (
+        "schema_version",
+        "config",
+        "is_baseline",
+        "deployment",
+        "failure",
+        "reason",
+        "reused_from",
+        "phase_seconds",
+    )
+    """Written on every trial, even at their defaults (readers and tests look them up)."""
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attributes to store: every field set, plus :attr:`ALWAYS`."""
+        dumped = self.model_dump(mode="json")
+        keep = set(self.model_fields_set) | set(self.ALWAYS)
+        out = {k: _jsonable(v) for k, v in dumped.items() if k in keep}
+        if isinstance(out.get("log_tail"), str):
+            out["log_tail"] = out["log_tail"][-LOG_TAIL_CHARS:]
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any], *, where: str = "trial") -> TrialRecord:
+        """The record stored as ``attrs``; :class:`StorageError` naming ``where`` when they
+        do not follow the schema."""
+        known = {k: v for k, v in attrs.items() if k in cls.model_fields and k != "extra"}
+        extra = {k: v for k, v in attrs.items() if k not in cls.model_fields}
+        known.setdefault("schema_version", 1)
+        for key in ("reason", "log_tail"):  # written as null or text over the versions
+            if known.get(key) is None:
+                known.pop(key, None)
+        try:
+            return cls.model_validate({**known, "extra": extra})
+        except ValidationError as exc:
+            raise StorageError(
+                f"{where}: stored attributes do not follow the trial schema: {exc}"
+            ) from exc
+
+
+class RemeasureRecord(BaseModel):
+    """One re-measurement of a trial's configuration (study attribute ``remeasure:N:R``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    of: int
+    repeat: int
+    values: list[float] = Field(default_factory=list)
+    constraints: dict[str, float] = Field(default_factory=dict)
+    feasible: bool = False
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    failure: str | None = None
+    reason: str | None = None
+    stop_reason: str | None = None
+    sim_speedup: float | None = None
+    restarted: list[str] = Field(default_factory=list)
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("of", "repeat", "values", "constraints", "feasible")
+
+    def to_attrs(self) -> dict[str, Any]:
+        keep = set(self.model_fields_set) | set(self.ALWAYS)
+        return {k: _jsonable(v) for k, v in self.model_dump(mode="json").items() if k in keep}
+
+
+@dataclass
+class TrialOutcome:
+    """What evaluating one configuration produced: the objective's values, the constraint
+    values (> 0 violated) and the record."""
+
+    values: list[float]
+    constraints: dict[str, float]
+    record: TrialRecord = field(default_factory=TrialRecord)
+
+    @property
+    def failure(self) -> str | None:
+        return self.record.failure
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The user attributes this outcome stores (:meth:`TrialRecord.to_attrs`)."""
+        return self.record.to_attrs()
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+
+def _jsonable(value: Any) -> Any:
+    """Optuna stores attributes as JSON; NaN/inf and non-JSON types are made safe."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.loads(json.dumps(value, default=str))
