@@ -5,12 +5,12 @@ the batching storage passes Optuna's own storage contract (``StorageTestCase``, 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
+import tomllib
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.testing.pytest_storages import StorageTestCase
 from packaging.specifiers import SpecifierSet
