@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from autotune.deployment import Deployment, load_deployment
 from autotune.engines import get_engine
-from autotune.errors import ConfigError, StorageError
+from autotune.errors import ConfigError
 from autotune.failpoints import failpoint
 from autotune.failures import Failure
 from autotune.launch import Launcher
@@ -45,10 +45,10 @@ from autotune.study.claims import BASELINE_CLAIM, ClaimedElsewhere, claim, claim
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.definition import StudyDefinition
 from autotune.study.interrupts import INTERRUPT_PENDING, deferred_interrupts, sigterm_as_interrupt
-from autotune.study.journal import Entry, Journal
+from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
 from autotune.study.progress import NullProgress, ProgressSink, TrialReport
-from autotune.study.record import fail_trial, finish_trial, redact_record, reused_outcome
+from autotune.study.record import fail_trial, reused_outcome
 from autotune.study.recovery import Recovery
 from autotune.study.remeasure import Remeasurer
 from autotune.study.samplers import make_sampler
@@ -57,13 +57,12 @@ from autotune.study.storage import (
     batching,
     check_study_name,
     create_or_load_study,
-    describe_storage_failure,
-    display_url,
     is_server_url,
     open_storage,
     retrying,
     storage_errors,
 )
+from autotune.study.store import TrialWriter
 from autotune.study.workers import TRIAL_WORKER_ATTR, Worker, WorkerBusy, default_worker_name
 from autotune.trial import (
     FAULT_SCAN_LINES,
@@ -235,6 +234,7 @@ class Tuner:
             definition.early_abort, speedup=self.deployment.sim_speedup
         )
         self.recovery = Recovery(self.ctx)
+        self.writer = TrialWriter(self.ctx)
         self.remeasurer = Remeasurer(self.ctx, self.pipeline, report=self._report)
         self._known: dict[str, int] = {}
         self._incumbent: tuple[float, int] | None = None
@@ -435,7 +435,7 @@ class Tuner:
             raise
         elapsed = close_phases(outcome, t0)
         self._phase("store")
-        stored = self._store(trial, outcome)
+        stored = self.writer.store(trial, outcome)
         self.worker.on_trial(None)
         if not stored:
             return False
@@ -494,66 +494,3 @@ class Tuner:
                 aborted=bool(record.aborted),
             )
         )
-
-    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> bool:
-        """Journal first, then storage, with Ctrl-C/SIGTERM held until both are done.
-
-        A failed write keeps the measurement in the journal for the next run (a database
-        server that went away is waited for first, see ``autotune.study.storage.retrying``;
-        Ctrl-C ends that wait). False: another worker had already failed the trial as lost
-        (this one was silent past the lease) and re-queued its configuration; the
-        measurement is dropped so the configuration is not recorded twice.
-        """
-        outcome.record = redact_record(outcome.record)  # the journal holds no secret either
-        trial_id = trial_id_of(trial)
-        with deferred_interrupts():
-            journaled = self._journal(trial, outcome)
-            failpoint("journal.saved")
-            try:
-                finish_trial(
-                    self.study, trial, outcome, constraint_keys=self.objective.constraint_keys
-                )
-            except optuna.exceptions.UpdateFinishedTrialError:
-                if journaled is not None:
-                    self.journal.discard(trial_id)
-                self.progress.message(
-                    f"trial #{trial.number} was taken over by another worker while this one "
-                    "sent no heartbeat for longer than the lease; its configuration was "
-                    "re-queued there, so this measurement is not stored"
-                )
-                return False
-            except Exception as exc:
-                kept = (
-                    f"its measurement is kept in {journaled} and the next `autotune run` "
-                    "records it before anything else"
-                    if journaled
-                    else "it stays RUNNING; the next `autotune run` fails it as interrupted "
-                    "and retries its config"
-                )
-                why = describe_storage_failure(exc, url=self.storage_url)
-                raise StorageError(
-                    f"could not record trial #{trial.number} in {display_url(self.storage_url)}: "
-                    f"{why}. Nothing was half-written: {kept}"
-                ) from exc
-            failpoint("trial.told")
-            if journaled is not None:
-                self.journal.discard(trial_id)
-        return True
-
-    def _journal(self, trial: optuna.Trial, outcome: TrialOutcome) -> Path | None:
-        """Save a measured outcome locally; None when nothing was measured or it failed."""
-        if not outcome.record.phase_seconds.get("restart", 0.0):
-            return None  # forbidden or reused: free to recompute
-        entry = Entry(
-            values=outcome.values,
-            constraints=outcome.constraints,
-            attrs=outcome.record.to_attrs(),
-        )
-        try:
-            return self.journal.save(trial_id_of(trial), number=trial.number, outcome=entry)
-        except OSError as exc:
-            self.progress.message(
-                f"could not journal trial #{trial.number} ({exc.strerror or exc}); "
-                "writing it to storage directly"
-            )
-            return None
