@@ -9,6 +9,10 @@ formula down with its constants and their sources; section numbers (§) refer to
 deployment reproduces what was measured there (25 tok/s and TPOT ~500 ms at C=16, 63% of
 decode time in the Triton sparse-MLA kernel, +24% for NVFP4 on tensor cores, the MTP
 verifier halving the batch).
+
+Why one module of ~1,200 lines: it is one model, written down formula by formula in
+``docs/performance-model.md`` in the same order; one file keeps every constant beside the
+section that justifies it.
 """
 
 from __future__ import annotations

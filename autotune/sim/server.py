@@ -5,6 +5,10 @@ One process is one server: ``--disaggregation-mode prefill`` runs prefill forwar
 chunking). Decode is one asyncio loop: each step serves up to ``running_cap`` requests,
 sleeps ``decode_step_seconds`` (times this process's noise) and writes every running
 request's tokens of that step; there are no per-token sleeps and no per-request tasks.
+
+Why one module of ~1,400 lines: it is one server process (the twin of one SGLang server), whose
+endpoints, engine loop and PD hand-over share the process state; it is read against SGLang's
+own server, section by section, and split it would hide which state a handler touches.
 """
 
 from __future__ import annotations

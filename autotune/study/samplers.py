@@ -3,6 +3,9 @@ spaces where a restart costs minutes and a crash costs a restart.
 
 Measured in ``benchmarks/sample_efficiency.py`` (BENCHMARKS.md, "Sample efficiency and
 crash-aware search").
+
+Why one module of ~710 lines: the local-move sampler, its crash signatures and the grid
+sampler share the planning state kept per trial; ``make_sampler`` is the only entry point.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ without saying so), the trials each worker completed (counted from the trials, n
 from the record), the running trials with their phase and age, the study's counts and the
 best configuration so far. A malformed record never stops the command: it is listed as
 unreadable with its key.
+
+Why one module of ~540 lines: one read of the storage feeds both the model of the status
+and its rendering (text, JSON, rich table), which share every field name.
 """
 
 from __future__ import annotations
