@@ -12,7 +12,7 @@ This module builds the app; each command lives with the others of its concern:
 * ``_hosts``: restore, apply
 * ``_bench``: bench
 * ``_space``: space check, space render
-* ``_common``: the shared options, consoles and error handling
+* ``_common``: the shared options, consoles, error handling and help text
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import typer
 
 from autotune.cli._bench import bench
-from autotune.cli._common import DEFAULT_STUDY
+from autotune.cli._common import DEFAULT_STUDY, help_text
 from autotune.cli._hosts import apply, restore
 from autotune.cli._results import EXPORT_FORMATS, best, report, status
 from autotune.cli._run import run
@@ -43,8 +43,8 @@ space_app = typer.Typer(no_args_is_help=True, help="Search-space files.")
 
 
 def _command(group: typer.Typer, func: Callable[..., Any], name: str | None = None) -> None:
-    """Register ``func`` (its docstring is the help)."""
-    group.command(name)(func)
+    """Register ``func`` with its docstring reflowed (see :func:`help_text`)."""
+    group.command(name, help=help_text(func.__doc__))(func)
 
 
 # Registered in the order `autotune --help` lists them.

@@ -1,5 +1,5 @@
 """What every command shares: the ``--study``/``--storage`` options, the consoles, the one-line
-error handling and checks of output paths.
+error handling, checks of output paths and the help text of the docstrings.
 
 autotune's own modules are imported inside the functions that need them: each pulls in
 pydantic, PyYAML, SQLAlchemy or Optuna (40-330 ms measured), which ``autotune --help`` must
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +36,20 @@ StudyOpt = typer.Option(
 StorageOpt = typer.Option(
     None, "--storage", help="Storage URL (default sqlite:///studies/NAME.db)."
 )
+
+_KEEP_LINES = "\b"
+"""Click's marker: a paragraph that starts with it keeps its line breaks (a list, an example)."""
+
+
+def help_text(doc: str | None) -> str:
+    """A docstring as help text: each paragraph on one line, so the help screen wraps it to
+    the terminal's width rather than where the source was wrapped. Paragraphs (blank-line
+    separated) stay separate; one that starts with ``\\b`` keeps its lines."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(
+        p if p.startswith(_KEEP_LINES) else re.sub(r"\s*\n\s*", " ", p.strip()) for p in paragraphs
+    )
+
 
 def friendly(func: F) -> F:
     """Turn AutotuneError into a one-line message and exit code 2."""
