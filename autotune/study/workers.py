@@ -34,6 +34,7 @@ from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from autotune.errors import AutotuneError
 from autotune.study.claims import _rdb
 from autotune.study.storage import STORAGE_EXCEPTIONS, describe_storage_failure
 
@@ -182,8 +183,9 @@ def read_workers(study: optuna.Study) -> dict[str, WorkerRecord | None]:
     return out
 
 
-class WorkerBusy(Exception):
-    """Another live process already works under this name."""
+class WorkerBusy(AutotuneError):
+    """Another live process already works under this name (the runner reports it as a
+    ConfigError on ``--worker``)."""
 
 
 class Worker:
