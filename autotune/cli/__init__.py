@@ -25,14 +25,14 @@ from typing import Any
 import typer
 
 from autotune.cli._bench import bench
-from autotune.cli._common import DEFAULT_STUDY, help_text
+from autotune.cli._common import help_text
 from autotune.cli._hosts import apply, restore
-from autotune.cli._results import EXPORT_FORMATS, best, report, status
+from autotune.cli._results import best, report, status
 from autotune.cli._run import run
 from autotune.cli._space import space_check, space_render
 from autotune.cli._storage import dashboard, migrate
 
-__all__ = ["DEFAULT_STUDY", "EXPORT_FORMATS", "app", "main", "space_app"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     add_completion=False,
