@@ -3,6 +3,27 @@
 Every error a user can cause or meet derives from :class:`AutotuneError`; the CLI prints
 ``str(error)`` and exits non-zero, never a traceback. Errors about files always name the
 file, the field and, where there is a closed set, the allowed values.
+
+The whole tree (a class defined elsewhere names its module)::
+
+    AutotuneError           raised on purpose; the CLI prints it as one line, exit code 2
+    |-- ConfigError         a file or a CLI value is invalid (names file, field, allowed values)
+    |-- LaunchError         a service did not become healthy (its failure class, its log tail)
+    |-- BenchError          the load generator produced no measurement
+    |   `-- BenchTimeout    ... because the server answered nothing in time
+    |-- StorageError        the study storage cannot be opened, read or written
+    |-- ShellError          remote.shell: a host is unreachable or a command on it timed out
+    |   `-- HostKeyError    remote.ssh: a host's key is unknown or has changed (never retried)
+    |-- HostFailure         trial.pipeline: a host was lost mid-trial; the run stops, resumable
+    |-- ClaimedElsewhere    study.claims: another worker's trial is measuring this config
+    |-- WorkerBusy          study.workers: a live process already runs under this worker name
+    |-- DependencyError     launch.order: depends_on names an unknown service or makes a cycle
+    `-- DomainError         space.params: a value is outside a parameter's domain
+
+WorkerBusy, DependencyError and DomainError reach the user as a ConfigError that names the
+option or the field; ClaimedElsewhere never reaches the user (the loop records the trial as
+``claimed`` and goes on). Outside the tree: private exceptions (a leading underscore), which
+never leave their module.
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from autotune.errors import AutotuneError
 
-class DependencyError(ValueError):
-    """A dependency names an unknown service (``unknown``) or the graph has a ``cycle``."""
+
+class DependencyError(AutotuneError):
+    """A dependency names an unknown service (``unknown``) or the graph has a ``cycle``; the
+    deployment loader and the launcher report it as a ConfigError on ``depends_on``."""
 
     def __init__(
         self,

@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.errors import AutotuneError
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -51,8 +53,11 @@ class Shell(ABC):
         """Release the connection, if any."""
 
 
-class ShellError(Exception):
-    """The host could not be reached, or a command timed out. ``reason`` is for the user."""
+class ShellError(AutotuneError):
+    """The host could not be reached, or a command timed out. ``reason`` is for the user.
+
+    An AutotuneError: one that reaches the command line (``apply``, ``restore``) is printed as
+    ``host: reason``, not as a traceback."""
 
     def __init__(self, host: str, reason: str) -> None:
         super().__init__(f"{host}: {reason}")

@@ -686,8 +686,9 @@ def build_bootstrap_app(rooms: KVRooms) -> web.Application:
     return app
 
 
-class KVTransferError(Exception):
-    """The decode did not get its room's KV (the message is SGLang's abort message)."""
+class _KVTransferError(Exception):
+    """The decode did not get its room's KV (the message is SGLang's abort message); the
+    request handler turns it into that abort, so it never leaves this module."""
 
 
 class KVReceiver:
@@ -711,7 +712,7 @@ class KVReceiver:
     async def receive(self, *, host: str, port: int, room: int, rid: str) -> dict[str, Any]:
         """The prefill's hand-over once the room's KV is here (what it sent along: whether
         it ran the speculative algorithm, so the drafts start seeded); raise
-        :class:`KVTransferError` otherwise."""
+        :class:`_KVTransferError` otherwise."""
         who = f"rank=0 decode_req.req.rid={rid!r} decode_req.req.bootstrap_room={room}"
         addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         loop = asyncio.get_running_loop()
@@ -720,7 +721,7 @@ class KVReceiver:
         while True:
             left = deadline - loop.time()
             if left <= 0:
-                raise KVTransferError(
+                raise _KVTransferError(
                     f"Decode transfer failed for request {who} with exception Request {room} "
                     f"timed out after {loop.time() - start:.1f}s in KVPoll.WaitingForInput"
                 )
@@ -735,7 +736,7 @@ class KVReceiver:
             except asyncio.TimeoutError:
                 continue  # a prefill that does not answer: ask again until the deadline
             except aiohttp.ClientError as exc:
-                raise KVTransferError(
+                raise _KVTransferError(
                     f"Decode handshake failed for request {who} with exception cannot reach "
                     f"the bootstrap server http://{addr}: {exc}"
                 ) from None
@@ -751,7 +752,7 @@ class KVReceiver:
                 reason = str(json.loads(body).get("error", ""))
             except (ValueError, AttributeError):
                 reason = body.decode("utf-8", "replace")[:200]
-            raise KVTransferError(
+            raise _KVTransferError(
                 f"Decode transfer failed for request {who} with exception {reason or status}"
             )
 
@@ -1040,14 +1041,14 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         port = body.get("bootstrap_port") or st.cfg.disaggregation_bootstrap_port
         try:
             if not isinstance(host, str) or not host or not isinstance(port, int):
-                raise KVTransferError(
+                raise _KVTransferError(
                     f"Decode handshake failed for request rank=0 decode_req.req.rid={req.rid!r} "
                     f"decode_req.req.bootstrap_room={room} with exception no bootstrap "
                     f"address (bootstrap_host={host!r}, bootstrap_port={port!r})"
                 )
             handoff = await st.receiver.receive(host=host, port=port, room=room_id, rid=req.rid)
             req.seeded = bool(handoff.get("draft_seeded", False))
-        except KVTransferError as exc:
+        except _KVTransferError as exc:
             st.log.error_lines([str(exc)])
             return await _abort(request, req, str(exc), 500)
     await _run_to_completion(st, req)

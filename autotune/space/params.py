@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from autotune.errors import AutotuneError
 from autotune.space.expr import Expr, same_value
 from autotune.space.model import (
     AnyParam,
@@ -25,8 +26,9 @@ from autotune.space.model import (
 BOOL_CHOICES: tuple[bool, bool] = (False, True)
 
 
-class DomainError(ValueError):
-    """A value is outside a parameter's domain; ``allowed`` lists a closed set if any."""
+class DomainError(AutotuneError):
+    """A value is outside a parameter's domain; ``allowed`` lists a closed set if any. Where
+    the value is one a user wrote, the caller reports a ConfigError naming file and field."""
 
     def __init__(self, message: str, allowed: list[object] | None = None) -> None:
         super().__init__(message)

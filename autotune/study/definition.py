@@ -71,7 +71,8 @@ class EarlyAbortSettings(BaseModel):
     ``autotune/loadgen/estimate.py``); before that, once every stream has finished a request,
     it is the running estimate x (1 + ``margin_before_ci``), and before even that, a bound
     from how long the first round's requests have been out (Little's law;
-    ``autotune.study.abort.early_abort_reason``) x (1 + ``margin_before_ci``) (null: wait for the interval).
+    ``autotune.study.abort.early_abort_reason``) x (1 + ``margin_before_ci``) (null: wait
+    for the interval).
     Both cover only this run's noise: the gap to the incumbent (0.9 = 10%, 1/1.5 before an
     interval) is what protects a configuration as good as the incumbent from run-to-run
     noise (machine load, each process's own speed; ``benchmarks/winner_noise.py`` measures

@@ -32,6 +32,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from autotune.errors import AutotuneError
 from autotune.failures import Failure
 from autotune.study._optuna_compat import create_scoped_session as _create_scoped_session
 from autotune.study._optuna_compat import rdb_models as _rdb_models
@@ -191,8 +192,9 @@ def read_workers(study: optuna.Study) -> dict[str, WorkerRecord | None]:
     return out
 
 
-class WorkerBusy(Exception):
-    """Another live process already works under this name."""
+class WorkerBusy(AutotuneError):
+    """Another live process already works under this name (the runner reports it as a
+    ConfigError on ``--worker``)."""
 
 
 class Worker:

@@ -1,0 +1,138 @@
+"""``autotune bench``: the load generator alone against a server, no study involved.
+
+The load generator and pydantic are imported inside the command (~110 ms), which
+``autotune --help`` must not pay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import typer
+from rich.text import Text
+
+from autotune.cli._common import check_out, console, err_console, friendly, writing
+from autotune.errors import ConfigError
+
+MAX_TOKENS = 1 << 20
+"""Longest prompt or output ``bench`` builds (prompts are made in memory)."""
+_BENCH_OPTIONS = {
+    "concurrency": "--concurrency",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "requests": "--requests",
+    "duration_s": "--duration",
+    "warmup_requests": "--warmup",
+    "api": "--api",
+    "model": "--model",
+    "prompt": "--prompt",
+}
+"""LoadSpec field -> the option that sets it, so a refused value names the option."""
+
+
+@friendly
+def bench(
+    url: str = typer.Option(..., "--url", help="Base URL of an OpenAI-compatible server."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=65536),
+    input_len: int = typer.Option(256, "--input-len", min=1, max=MAX_TOKENS),
+    output_len: int = typer.Option(32, "--output-len", min=1, max=MAX_TOKENS),
+    requests: int | None = typer.Option(
+        None, "--requests", min=1, help="Measured requests (default 4 x C)."
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Measure for this many seconds instead."
+    ),
+    warmup: int | None = typer.Option(
+        None, "--warmup", min=0, help="Warm-up requests (default C)."
+    ),
+    api: str = typer.Option("completions", "--api", help="completions or chat."),
+    model: str | None = typer.Option(None, "--model"),
+    prompt: str | None = typer.Option(
+        None,
+        "--prompt",
+        help="token_ids or text (default: token_ids for completions, text for chat).",
+    ),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="Send ignore_eos (SGLang, vLLM); --no-ignore-eos leaves the field out for "
+        "servers that refuse unknown fields (transformers serve: HTTP 422).",
+    ),
+    require_done: bool = typer.Option(
+        True,
+        "--require-done/--no-require-done",
+        help="A stream must end with 'data: [DONE]'; --no-require-done also accepts a "
+        "clean end after a chunk with a finish_reason (transformers serve).",
+    ),
+    records: Path | None = typer.Option(
+        None, "--records", help="Write raw per-request records (JSON lines)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+) -> None:
+    """Run the load generator alone against a server."""
+    from pydantic import ValidationError
+
+    from autotune.loadgen import LoadSpec, run_load
+    from autotune.loadgen.display import metrics_table
+    from autotune.yamlio import validation_error_to_config_error
+
+    _check_url(url)
+    if api not in ("completions", "chat"):
+        raise ConfigError(f"unknown api {api!r}", field="--api", allowed=("completions", "chat"))
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise ConfigError(
+            f"must be a positive number of seconds, got {duration}", field="--duration"
+        )
+    if records is not None:
+        check_out(records, option="--records", directory=False)
+    try:
+        spec = LoadSpec(
+            concurrency=concurrency,
+            input_len=input_len,
+            output_len=output_len,
+            warmup_requests=concurrency if warmup is None else warmup,
+            requests=None if duration is not None else (requests or 4 * concurrency),
+            duration_s=duration,
+            # The measure phase's hard cap: in-flight requests get a request timeout's time.
+            max_duration_s=max(120.0, duration + 60.0) if duration is not None else 120.0,
+            api=api,  # type: ignore[arg-type]
+            prompt=prompt,  # type: ignore[arg-type]
+            ignore_eos=True if ignore_eos else None,
+            require_done=require_done,
+            model=model,
+        )
+    except ValidationError as exc:
+        err = validation_error_to_config_error(exc, file=None, model=LoadSpec)
+        option = _BENCH_OPTIONS.get(err.field or "", err.field)
+        raise ConfigError(err.message, field=option, allowed=err.allowed) from None
+    result = run_load(url, spec, on_phase=lambda p: err_console.print(Text(p, style="dim")))
+    if records is not None:
+        with writing("--records"), records.open("w") as fh:
+            for r in result.records:
+                fh.write(
+                    json.dumps(
+                        r.model_dump(mode="json") if hasattr(r, "model_dump") else r.__dict__
+                    )
+                    + "\n"
+                )
+    if as_json:
+        sys.stdout.write(json.dumps(result.metrics.model_dump(mode="json"), indent=2) + "\n")
+    else:
+        console.print(metrics_table(result.metrics))
+
+
+def _check_url(url: str) -> None:
+    """``--url`` must be http(s)://HOST[:PORT][/path] (urllib and httpx raise raw errors)."""
+    allowed = ["http://HOST:PORT", "https://HOST:PORT"]
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # ValueError for a port that is not 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"invalid URL {url!r}: {exc}", field="--url", allowed=allowed) from None
+    bad = any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or bad or port == 0:
+        raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)

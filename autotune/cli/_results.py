@@ -1,0 +1,189 @@
+"""What a study found: ``best`` (the winner, exported), ``report`` (HTML) and ``status``
+(workers and trial counts).
+
+The results, export, report and status modules are imported inside the commands: they load
+Optuna, SQLAlchemy and plotly (60-200 ms each), which ``autotune --help`` must not pay.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from autotune.cli._common import (
+    StorageOpt,
+    StudyOpt,
+    check_out,
+    check_study,
+    console,
+    deployment_context,
+    friendly,
+    open_existing,
+    storage_url,
+    writing,
+)
+from autotune.errors import AutotuneError, ConfigError
+
+EXPORT_FORMATS = ("systemd", "env", "command", "json")
+
+
+@friendly
+def best(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    export: str | None = typer.Option(None, "--export", help="systemd, env, command or json."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory for --export (default: print)."
+    ),
+    study_file: Path | None = typer.Option(
+        None,
+        "--study-file",
+        help="Study file whose deployment supplies secret values for --export systemd "
+        "(default: studies/STUDY.yaml when it exists).",
+    ),
+) -> None:
+    """Best feasible configuration (ranked by a lower confidence bound), its metrics, mean +-
+    95% CI over its measurements and its gain over the baseline."""
+    from autotune.export import export as do_export
+    from autotune.export import redact_trial
+    from autotune.results import baseline_trial, best_estimate
+
+    check_study(study)
+    if export is not None and export not in EXPORT_FORMATS:
+        raise ConfigError(
+            f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS
+        )
+    if out is not None:
+        check_out(out, option="--out", directory=True)
+    opened = open_existing(study, storage)
+    estimate = best_estimate(opened)
+    if estimate is None:
+        raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
+    winner = estimate.trial
+    base = baseline_trial(opened)
+    if export is None:
+        gain = None
+        if base is not None and base.feasible and base.throughput:
+            gain = estimate.mean / base.throughput
+        _print_best(redact_trial(winner), base, gain, estimate)
+        return
+    if export == "systemd" and out is None:
+        raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
+    current = None
+    if export == "systemd" and (study_file or (Path("studies") / f"{study}.yaml")).is_file():
+        # The deployment as it is now holds the secrets the study never stored.
+        from autotune.render import render
+
+        _, space, deployment, run_dir = deployment_context(study, study_file)
+        current = render(space, deployment, space.complete(winner.config), run_dir=run_dir)
+    with writing("--out"):
+        written = do_export(
+            winner,
+            fmt=export,  # type: ignore[arg-type]
+            out_dir=out,
+            current=current,
+        )
+    if isinstance(written, str):
+        sys.stdout.write(written if written.endswith("\n") else written + "\n")
+    else:
+        for path in written:
+            console.print(str(path), highlight=False, markup=False)
+
+
+def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:
+    from autotune.results import format_estimate
+
+    m = winner.metrics or {}
+    table = Table(title=f"best feasible trial #{winner.number}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("output throughput", format_estimate(estimate))
+    if estimate.half_width is not None:
+        table.add_row(
+            "conservative estimate",
+            f"{estimate.lower:,.1f} tok/s (lower 95% bound, what configurations are ranked by)",
+        )
+        table.add_row(
+            "run-to-run noise",
+            f"{100 * (estimate.noise_sd or 0):.1f}% (pooled over the repeated measurements, "
+            f"{estimate.noise_df} df)",
+        )
+    runs = []
+    for x in estimate.measurements:
+        label = f"trial #{x.of}" if x.repeat == 0 else f"re-run {x.repeat}"
+        if x.full and x.throughput is not None:
+            runs.append(f"{label}: {x.throughput:,.1f}")
+        elif x.aborted:
+            runs.append(f"{label}: aborted early")
+        else:
+            runs.append(f"{label}: {x.failure or 'infeasible'}")
+    table.add_row("measurements (tok/s)", Text("; ".join(runs)))
+    if base is not None and base.metrics:
+        table.add_row(
+            f"baseline (trial #{base.number})",
+            f"{base.metrics.get('output_throughput', 0):,.1f} tok/s",
+        )
+    if gain is not None:
+        table.add_row("gain over baseline", f"{gain:,.1f}x")
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        if name in m:
+            d = m[name]
+            table.add_row(
+                name.replace("_ms", "") + " (ms)",
+                f"mean {d['mean']:.1f}  p50 {d['p50']:.1f}  p90 {d['p90']:.1f}  p99 {d['p99']:.1f}",
+            )
+    if "error_rate" in m:
+        table.add_row("error rate", f"{m['error_rate']:.3f}")
+    table.add_row("config", Text(json.dumps(winner.config, sort_keys=True)))
+    for name, svc in (winner.services or {}).items():
+        table.add_row(Text(f"{name} command"), Text(svc.command))
+    if winner.overrides:
+        table.add_row("server overrides", Text("\n".join(winner.overrides)))
+    console.print(table)
+
+
+@friendly
+def report(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    out: Path | None = typer.Option(None, "--out", help="HTML file (default reports/NAME.html)."),
+) -> None:
+    """Write one self-contained HTML report (Pareto front, history, importances, top 10)."""
+    from autotune.report import write_report
+
+    check_study(study)
+    target = out or Path("reports") / f"{study}.html"
+    check_out(target, option="--out", directory=False)
+    opened = open_existing(study, storage)
+    with writing("--out"):
+        path = write_report(opened, path=target)
+    console.print(f"report written: {path}", highlight=False, markup=False)
+
+
+@friendly
+def status(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
+    """Workers of the study (running, lost, stopped) and what each is doing, running trials,
+    trial counts (reused, infeasible, aborted, duplicate configurations) and the best so far."""
+    from autotune.study.status import render_status, status_json, study_status
+    from autotune.study.storage import storage_errors
+
+    check_study(study)
+    opened = open_existing(study, storage)
+    with storage_errors(storage_url(study, storage), f"reading study {study!r}"):
+        current = study_status(opened)
+    if as_json:
+        sys.stdout.write(json.dumps(status_json(current), indent=2) + "\n")
+        return
+    # Every string a user or worker wrote (study, worker, host, phase) is a rich Text in
+    # the renderable, never markup: a "[/]" in a worker name prints as it is.
+    console.print(render_status(current))
