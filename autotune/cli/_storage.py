@@ -63,10 +63,15 @@ def migrate(
         )
         raise typer.Exit(code=130) from None
     counts = ", ".join(f"{n} {s.lower()}" for s, n in report.trials.items()) or "none"
+    versions = ", ".join(
+        f"{n} {'unreadable' if v == 'unreadable' else f'v{v}'}"
+        for v, n in report.schema_versions.items()
+    )
     console.print(
         one_line(
             f"migrated study {report.study_name!r} from {report.source} to {report.target}: "
-            f"{report.total_trials} trials ({counts}), {report.study_user_attrs} user and "
+            f"{report.total_trials} trials ({counts}) with trial records {versions or 'none'}, "
+            f"{report.study_user_attrs} user and "
             f"{report.study_system_attrs} system study attributes, in {report.seconds:.1f}s; "
             "verified field by field. The source is unchanged. Next: run the workers with "
             f"--study {report.study_name} --storage <the --to URL>"
