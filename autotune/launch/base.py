@@ -21,7 +21,9 @@ A ``deadline`` (a ``time.monotonic()`` instant, the trial's) caps the whole appl
 each service's own ``ready_timeout_s`` says: the services still starting are stopped and
 :class:`~autotune.errors.LaunchError` (``trial_timeout``) is raised.
 
-Subclasses (local processes, SSH hosts) implement the per-service primitives.
+One subclass implements the per-service primitives for every way of running a service:
+:class:`~autotune.launch.managed.ManagedLauncher`, over the service managers (test doubles
+subclass this base directly).
 """
 
 from __future__ import annotations
