@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError, LaunchError
-from autotune.launch.classify import FailureClass, classify_log
-from autotune.launch.order import DependencyError, dependency_order
+from autotune.failures import FailureClass, classify_log
 from autotune.specs import ServiceSpec
 
 _L = TypeVar("_L", bound="Launcher")
