@@ -153,7 +153,7 @@ class ManagedLauncher(Launcher):
         if len(names) == 1:
             try:
                 stop(names[0])
-            except Exception as exc:  # noqa: BLE001 - raised once the other stops are done
+            except Exception as exc:  # raised once the later waves are stopped too
                 return exc
             return None
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
