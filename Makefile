@@ -22,13 +22,15 @@ run: $(STAMP)
 	$(VENV)/bin/autotune best --study $(STUDY) --export systemd --out deploy/$(STUDY)
 	$(VENV)/bin/autotune report --study $(STUDY)
 
-test: $(STAMP)
+test: $(STAMP) lint
 	bash scripts/test-deps.sh
 	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
+# ruff, mypy, and the import contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check autotune tests benchmarks
 	$(VENV)/bin/mypy autotune
+	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -38,10 +38,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError
-from autotune.launch.order import DependencyError, dependency_order
-from autotune.launch.ports import pick_free_ports
-from autotune.remote.hosts import HostSpec, validate_hosts
+from autotune.hosts import HostSpec, validate_hosts
+from autotune.ports import pick_free_ports
 from autotune.specs import ServiceSpec
 from autotune.yamlio import one_line_errors, read_yaml, validation_error_to_config_error
 

@@ -67,7 +67,7 @@ class ConfigError(AutotuneError):
 
 
 class LaunchError(AutotuneError):
-    """A service did not become healthy. ``failure`` is a :class:`FailureClass` value."""
+    """A service did not become healthy; ``failure`` is a class of :mod:`autotune.failures`."""
 
     def __init__(
         self,

@@ -1,15 +1,25 @@
-"""Every failure class a trial can store (``failure`` of its record), in one place.
+"""Every failure class a trial can store, and how a start-up failure is read from a log.
 
 A failed trial teaches the sampler only if the reason is kept and means the same thing
-everywhere: the launcher classifies start-up failures from the logs
-(:mod:`autotune.launch.classify`), the pipeline adds what happens after a healthy start, the
-study loop what is not about the configuration at all. Readers (status, report, the crash
-signatures of the sampler) compare against these values, never against string literals.
+everywhere: an OOM says "less memory", a rejected flag says "forbidden combination", an NCCL
+hang says "transport". :class:`Failure` lists every class the project stores (the launcher
+classifies start-up failures from the logs, the trial pipeline adds what happens after a
+healthy start, the study loop what is not about the configuration at all); readers compare
+against these values, never against string literals. The log patterns below are real
+messages from PyTorch, NCCL, SGLang, Hugging Face and uvicorn.
+
+This sits below the launcher and the service managers (both raise errors with a failure
+class), above only the engines whose own patterns it merges.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from enum import Enum
+from typing import NamedTuple
+
+from autotune.engines import all_failure_patterns
 
 
 class Failure(str, Enum):
@@ -62,3 +72,148 @@ NOT_SCORED = frozenset(
     {Failure.host_unreachable, Failure.interrupted, Failure.worker_lost, Failure.claimed}
 )
 """Failures stored on FAIL trials: no value, the sampler learns nothing from them."""
+
+FailureClass = Failure
+"""The classes a log can show (the launcher's name for :class:`Failure`)."""
+
+
+class Classification(NamedTuple):
+    """The class of a failure and the log line that shows it ("" when nothing matched)."""
+
+    failure: Failure
+    line: str
+
+
+# (priority, class, pattern): generic ones (PyTorch, NCCL, CUDA, Hugging Face, argparse,
+# uvicorn) here, each engine's own in its module (autotune/engines/), all in one table. The
+# highest priority match anywhere in the text wins: an OOM
+# reported through NCCL ("Cuda failure 'out of memory'") is an OOM, not an NCCL problem; a
+# generic "ValueError:" only counts when nothing more specific is there.
+_PATTERNS: tuple[tuple[int, Failure, re.Pattern[str]], ...] = tuple(
+    (prio, cls, re.compile(rx, re.IGNORECASE))
+    for prio, cls, rx in (
+        (100, Failure.cuda_oom, r"OutOfMemoryError: CUDA out of memory"),
+        (95, Failure.cuda_oom, r"CUDA out of memory"),
+        (95, Failure.cuda_oom, r"CUDA error: out of memory"),
+        (95, Failure.cuda_oom, r"Cuda failure '?out of memory"),
+        (85, Failure.nccl_error, r"Watchdog caught collective operation timeout"),
+        (85, Failure.nccl_error, r"NCCL WARN .*time(d)?[ -]?out"),
+        (80, Failure.nccl_error, r"NCCL error"),
+        (80, Failure.nccl_error, r"nccl(UnhandledCuda|System|Internal|InvalidUsage)Error"),
+        (80, Failure.nccl_error, r"ncclRemoteError"),
+        (75, Failure.port_in_use, r"Address already in use"),
+        (75, Failure.port_in_use, r"\[Errno 98\]"),
+        (70, Failure.model_path_missing, r"does not appear to have a file named config\.json"),
+        (70, Failure.model_path_missing, r"OSError: .*Repo id must be"),
+        (70, Failure.model_path_missing, r"HFValidationError: .*Repo id must be"),
+        (70, Failure.model_path_missing, r"No such file or directory: '/models/"),
+        (70, Failure.model_path_missing, r"Can't load the configuration of '"),
+        (70, Failure.model_path_missing, r"Incorrect path_or_model_id"),
+        (60, Failure.config_rejected, r"error: unrecognized arguments"),
+        (60, Failure.config_rejected, r"error: argument --?[\w-]+"),
+        (60, Failure.config_rejected, r"ValueError: .*(is )?not supported"),
+        (55, Failure.cuda_error, r"CUDA driver version is insufficient"),
+        (55, Failure.cuda_error, r"RuntimeError: CUDA error:"),
+        (55, Failure.cuda_error, r"No CUDA GPUs are available"),
+        (55, Failure.cuda_error, r"CUDA error: (an illegal memory access|device-side assert)"),
+        (10, Failure.config_rejected, r"^\s*(\w+\.)*ValueError: "),
+    )
+) + tuple(
+    (p.priority, Failure(p.failure), re.compile(p.pattern, re.IGNORECASE))
+    for p in all_failure_patterns()
+)
+
+#: Classes worth failing on while the process is still alive: after these, SGLang's main
+#: process often hangs instead of exiting (its scheduler subprocess died).
+FATAL_WHILE_ALIVE: frozenset[Failure] = frozenset(
+    {Failure.cuda_oom, Failure.nccl_error, Failure.cuda_error}
+)
+
+
+#: Lines torch.compile writes while it works (``TORCH_LOGS=dynamo`` prints the first two).
+_COMPILING = re.compile(
+    r"torchdynamo start tracing|calling compiler function|torchinductor compiling|"
+    r"torch\._(dynamo|inductor)\b"
+)
+
+#: Below this priority a match is too generic to name the cause of a live server's fault.
+_SPECIFIC = 50
+
+
+def classify_line(line: str) -> tuple[int, Failure] | None:
+    """Priority and class of the best pattern matching one line, or None."""
+    best: tuple[int, Failure] | None = None
+    for prio, cls, rx in _PATTERNS:
+        if (best is None or prio > best[0]) and rx.search(line):
+            best = (prio, cls)
+    return best
+
+
+def classify_log(text: str) -> Classification:
+    """Classify a log (the output since the service's last start).
+
+    The most specific match wins; among equally specific ones the first line (the root
+    cause usually comes before the errors that follow from it). ``unknown`` with an empty
+    line when nothing matched.
+    """
+    best: tuple[int, Failure, str] | None = None
+    for raw in text.splitlines():
+        hit = classify_line(raw)
+        if hit is not None and (best is None or hit[0] > best[0]):
+            best = (hit[0], hit[1], raw.strip())
+    if best is None:
+        return Classification(Failure.unknown, "")
+    return Classification(best[1], best[2])
+
+
+class LogScan:
+    """A log classified piece by piece, as it is read while a service starts.
+
+    :meth:`feed` the new lines as they arrive; :attr:`result` is what :func:`classify_log`
+    would say of everything fed so far (the most specific match, the first among equals),
+    so a failure is classified from the whole log since the start, not only from the tail
+    that is left to read when it happens.
+    """
+
+    def __init__(self) -> None:
+        self._best: tuple[int, Failure, str] | None = None
+
+    def feed(self, text: str, *, fatal: Collection[Failure] = ()) -> bool:
+        """Take ``text`` (complete lines); True when one of them is of a ``fatal`` class."""
+        hit_fatal = False
+        for raw in text.splitlines():
+            hit = classify_line(raw)
+            if hit is None:
+                continue
+            if self._best is None or hit[0] > self._best[0]:
+                self._best = (hit[0], hit[1], raw.strip())
+            hit_fatal = hit_fatal or hit[1] in fatal
+        return hit_fatal
+
+    @property
+    def result(self) -> Classification:
+        if self._best is None:
+            return Classification(Failure.unknown, "")
+        return Classification(self._best[1], self._best[2])
+
+
+def explain_fault(text: str, *, stalled: bool) -> Classification | None:
+    """Why a server that is still running failed its measurement, or None when its log
+    does not say.
+
+    A server can break without exiting: transformers serve keeps answering after its
+    continuous-batching worker died of a CUDA OOM (every request then gets an error). Only
+    specific causes count here (an OOM, a CUDA or NCCL error, a rejected setting), not a
+    generic ValueError. ``stalled`` says the server answered nothing in time; then a log
+    showing torch.compile at work means it was still compiling: ``compile_timeout``.
+    """
+    found = classify_log(text)
+    if found.failure is not Failure.unknown:
+        best = classify_line(found.line)
+        if best is not None and best[0] >= _SPECIFIC:
+            return found
+    if stalled:
+        for raw in text.splitlines():
+            if _COMPILING.search(raw):
+                return Classification(Failure.compile_timeout, raw.strip())
+    return None

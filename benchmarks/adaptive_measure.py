@@ -46,7 +46,7 @@ from autotune.deployment import load_deployment  # noqa: E402
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import BenchResult, LiveEstimate, LoadSpec, run_load  # noqa: E402
 from autotune.render import render  # noqa: E402
-from autotune.sim import perf_model as pm  # noqa: E402
+from autotune.sim.optimum import true_optimum  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 
 SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
@@ -60,7 +60,7 @@ ABORT_FACTOR = 0.9
 def configs() -> dict[str, dict[str, object]]:
     """fast = the model's optimum; mid and slow = it with MXFP4/Marlin, or the Triton
     sparse-MLA kernel."""
-    opt = dict(pm.true_optimum(concurrency=C, input_len=INPUT_LEN, output_len=OUTPUT_LEN).levers)
+    opt = dict(true_optimum(concurrency=C, input_len=INPUT_LEN, output_len=OUTPUT_LEN).levers)
     fast_nospec = {
         **opt,
         "speculative": "off",

@@ -56,7 +56,7 @@ from autotune.results import (  # noqa: E402
     format_estimate,
     load_remeasurements,
 )
-from autotune.sim import perf_model as pm  # noqa: E402
+from autotune.sim.optimum import true_optimum  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
 
@@ -143,7 +143,7 @@ def summarize(name: str, db: Path, wall: float) -> dict[str, Any]:
     definition = load_study_definition(STUDY_FILE)
     space = load_space(definition.resolve(definition.space))
     load = definition.load
-    optimum = pm.true_optimum(
+    optimum = true_optimum(
         concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len
     ).throughput
     trials = study.trials

@@ -29,7 +29,7 @@ from autotune.deployment import load_deployment  # noqa: E402
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadSpec, run_load  # noqa: E402
 from autotune.render import render  # noqa: E402
-from autotune.sim import perf_model as pm  # noqa: E402
+from autotune.sim.optimum import true_optimum  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
 
@@ -65,7 +65,7 @@ def main() -> None:
     deployment = load_deployment(DEPLOYMENT)
     workers = dict(space.baseline_params())
     if args.workers == "optimum":
-        found = pm.true_optimum(
+        found = true_optimum(
             concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len
         )
         names = {p.name for p in space.sampled_params}

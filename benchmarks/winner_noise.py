@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from autotune.results import t975  # noqa: E402
 from autotune.sim import perf_model as pm  # noqa: E402
 from autotune.sim.levers import pd_configs  # noqa: E402
+from autotune.sim.optimum import true_optimum  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
 from autotune.study.definition import StudyDefinition, load_study_definition  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
@@ -94,7 +95,7 @@ def true_throughput(space: SearchSpace, config: Mapping[str, object], load: Any)
 
 def calibration_configs(space: SearchSpace, load: Any) -> dict[str, dict[str, object]]:
     """The model's optimum and two configurations a few percent below it."""
-    opt = pm.true_optimum(
+    opt = true_optimum(
         concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len
     )
     best = space.complete(opt.levers)

@@ -1,15 +1,7 @@
 """The winning trial as systemd units, drop-ins, an install script and a README.
 
-Quoting follows systemd.exec(5), systemd.service(5) and systemd.syntax(7):
-
-* ``Environment="NAME=value"``: one quoted assignment per line; inside double quotes C escapes
-  apply (``\\\\`` and ``\\"``), specifiers are expanded everywhere (``%`` -> ``%%``), and ``$``
-  has no meaning there.
-* ``ExecStart=``: words are split on whitespace and unquoted like ``Environment=``, specifiers
-  apply (``%%``) and ``$VAR`` / ``${VAR}`` are substituted at start, so a literal ``$`` is
-  written ``$$``. A lone ``;`` would separate commands; quoting it (``";"``) keeps it literal.
-* A newline or other control character cannot be carried by a unit file setting at all: it is
-  refused with a :class:`~autotune.errors.ConfigError` rather than silently changed.
+Quoting of values (systemd.exec(5), systemd.service(5), systemd.syntax(7)) is
+:mod:`autotune.unitfile`'s, shared with the drop-in the systemd service manager writes.
 
 systemd starts services with a clean environment: only the variables of the trial (and
 systemd's own) are set, which is what the tuner measured for the variables it controls.
@@ -47,19 +39,26 @@ from autotune.export.credentials import (
 )
 from autotune.export.topology import dependencies, start_order
 from autotune.results import ServiceRecord, TrialResult
+from autotune.unitfile import (
+    CONTROL,
+    DROPIN_NAME,
+    SAFE_WORD,
+    check_env_name,
+    check_text,
+    environment_line,
+    escape,
+    exec_line,  # noqa: F401  (re-exported: it was defined here)
+    exec_word,
+)
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 """Start-up budget when the study did not store one (ServiceSpec's default)."""
 RESTART_SEC = 10
 LIMIT_NOFILE = 1048576
-DROPIN_NAME = "50-autotune.conf"
 SECRETS_DIR = "/etc/autotune"
 """Where ``install.sh`` puts the units' secret environment files (``EnvironmentFile=``)."""
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNIT_CHARS = re.compile(r"^[A-Za-z0-9:_.@-]+$")
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def export_systemd(
@@ -94,7 +93,7 @@ def export_systemd(
             f"working directory must be an absolute path, got {workdir!r}",
             field="working_directory",
         )
-    if not os.path.isabs(secrets_dir) or _CONTROL.search(secrets_dir) or "%" in secrets_dir:
+    if not os.path.isabs(secrets_dir) or CONTROL.search(secrets_dir) or "%" in secrets_dir:
         raise ConfigError(f"invalid secrets directory {secrets_dir!r}", field="secrets_dir")
     units = {name: _unit_name(unit_prefix, name) for name in trial.services}
     deps = dependencies(trial.services)
@@ -198,7 +197,7 @@ def _secrets_text(
             value = PLACEHOLDER
         else:
             lines.append(f"# {slot.var}: {slot.what}")
-        _check_text(value, what=f"secret {slot.var}", service=service)
+        check_text(value, what=f"secret {slot.var}", service=service)
         lines.append(f"{slot.var}={_env_file_value(value)}")
     return "\n".join(lines) + "\n", missing
 
@@ -210,20 +209,6 @@ def _env_file_value(value: str) -> str:
         return f"'{value}'"
     escaped = re.sub(r'([\\"`$])', r"\\\1", value)
     return f'"{escaped}"'
-
-
-def environment_line(name: str, value: str, *, service: str = "") -> str:
-    """``Environment="NAME=value"`` with systemd escaping; refuses what cannot be written."""
-    _check_env_name(name, service=service)
-    _check_text(value, what=f"environment variable {name}", service=service)
-    return f'Environment="{_escape(f"{name}={value}", dollar=False)}"'
-
-
-def exec_line(argv: list[str], *, service: str = "", key: str = "ExecStart") -> str:
-    """``ExecStart=/abs/prog arg ...``; argv[0] must already be absolute."""
-    for arg in argv:
-        _check_text(arg, what="command-line argument", service=service)
-    return f"{key}=" + " ".join(_exec_word(arg) for arg in argv)
 
 
 def resolve_executable(argv0: str, *, service: str) -> str:
@@ -249,40 +234,6 @@ def _unit_name(prefix: str, service: str) -> str:
     return name
 
 
-def _check_env_name(name: str, *, service: str) -> None:
-    if not _ENV_NAME.fullmatch(name):
-        raise ConfigError(
-            f"service '{service}': '{name}' is not a valid environment variable name",
-            field=f"services.{service}.env",
-        )
-
-
-def _check_text(value: str, *, what: str, service: str) -> None:
-    if "\n" in value or "\r" in value:
-        raise ConfigError(
-            f"service '{service}': {what} {value!r} contains a newline, which a systemd unit "
-            "file cannot carry; use an EnvironmentFile= or a wrapper script instead",
-            field=f"services.{service}",
-        )
-    if _CONTROL.search(value):
-        raise ConfigError(
-            f"service '{service}': {what} {value!r} contains a control character, which a "
-            "systemd unit file cannot carry",
-            field=f"services.{service}",
-        )
-
-
-def _escape(text: str, *, dollar: bool) -> str:
-    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\t", "\\t")
-    return out.replace("$", "$$") if dollar else out
-
-
-def _exec_word(word: str) -> str:
-    if _SAFE_WORD.fullmatch(word):
-        return word
-    return f'"{_escape(word, dollar=True)}"'
-
-
 def _service_lines(
     name: str,
     rec: ServiceRecord,
@@ -303,7 +254,7 @@ def _service_lines(
         )
     env = [environment_line(k, v, service=name) for k, v in sorted(split.env.items())]
     for slot in split.slots:
-        _check_env_name(slot.var, service=name)
+        check_env_name(slot.var, service=name)
     if env_file is not None:
         # Settings from the file override Environment=; a missing file fails the start
         # (no "-" prefix) rather than starting the server without its credential.
@@ -311,7 +262,7 @@ def _service_lines(
     unset: list[str] = []
     if rec.unset_env:
         for var in sorted(rec.unset_env):
-            _check_env_name(var, service=name)
+            check_env_name(var, service=name)
         unset = ["UnsetEnvironment=" + " ".join(sorted(rec.unset_env))]
     if isinstance(split.argv[0], Ref):
         raise ConfigError(f"service '{name}': argv[0] is a secret", field=f"services.{name}.argv")
@@ -320,7 +271,7 @@ def _service_lines(
     if user is not None:
         identity.append(f"User={user}")
     if workdir is not None:
-        _check_text(workdir, what="working directory", service=name)
+        check_text(workdir, what="working directory", service=name)
         identity.append("WorkingDirectory=" + workdir.replace("%", "%%"))
     return {
         "identity": identity,
@@ -337,14 +288,14 @@ def _exec_with_refs(argv: list[str | Ref], *, service: str) -> str:
     words: list[str] = []
     for arg in [resolve_executable(str(argv[0]), service=service), *argv[1:]]:
         if isinstance(arg, Ref):
-            _check_text(arg.prefix, what="command-line argument", service=service)
-            if arg.prefix and not _SAFE_WORD.fullmatch(arg.prefix):
-                words.append(f'"{_escape(arg.prefix, dollar=True)}${{{arg.var}}}"')
+            check_text(arg.prefix, what="command-line argument", service=service)
+            if arg.prefix and not SAFE_WORD.fullmatch(arg.prefix):
+                words.append(f'"{escape(arg.prefix, dollar=True)}${{{arg.var}}}"')
             else:
                 words.append(f"{arg.prefix}${{{arg.var}}}")
         else:
-            _check_text(arg, what="command-line argument", service=service)
-            words.append(_exec_word(arg))
+            check_text(arg, what="command-line argument", service=service)
+            words.append(exec_word(arg))
     return "ExecStart=" + " ".join(words)
 
 

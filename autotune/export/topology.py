@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError
 from autotune.results import ServiceRecord
 
@@ -33,27 +34,13 @@ def dependencies(services: Mapping[str, ServiceRecord]) -> dict[str, list[str]]:
 
 def start_order(services: Mapping[str, ServiceRecord]) -> list[str]:
     """Services in an order where each comes after what it needs (stable, cycle-checked)."""
-    deps = dependencies(services)
-    order: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            raise ConfigError(
-                f"services depend on each other in a cycle: {' -> '.join([*path, name])}",
-                field="services",
-            )
-        state[name] = 1
-        for need in deps[name]:
-            visit(need, [*path, name])
-        state[name] = 2
-        order.append(name)
-
-    for name in services:
-        visit(name, [])
-    return order
+    try:
+        return dependency_order(dependencies(services))
+    except DependencyError as exc:
+        raise ConfigError(
+            f"services depend on each other in a cycle: {' -> '.join(exc.cycle or [])}",
+            field="services",
+        ) from None
 
 
 def _port(rec: ServiceRecord) -> str | None:

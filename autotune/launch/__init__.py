@@ -8,9 +8,10 @@ them in dependency order, waits for health, and raises ``LaunchError`` with a
 from __future__ import annotations
 
 from autotune.errors import LaunchError
+from autotune.failures import Classification, FailureClass, classify_log, explain_fault
 from autotune.launch.base import ApplyResult, EventCallback, Launcher
-from autotune.launch.classify import Classification, FailureClass, classify_log, explain_fault
 from autotune.launch.local import LocalLauncher
+from autotune.launch.managed import ManagedLauncher
 
 __all__ = [
     "ApplyResult",
@@ -20,6 +21,7 @@ __all__ = [
     "LaunchError",
     "Launcher",
     "LocalLauncher",
+    "ManagedLauncher",
     "classify_log",
     "explain_fault",
 ]

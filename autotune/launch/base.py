@@ -21,7 +21,9 @@ A ``deadline`` (a ``time.monotonic()`` instant, the trial's) caps the whole appl
 each service's own ``ready_timeout_s`` says: the services still starting are stopped and
 :class:`~autotune.errors.LaunchError` (``trial_timeout``) is raised.
 
-Subclasses (local processes, SSH hosts) implement the per-service primitives.
+One subclass implements the per-service primitives for every way of running a service:
+:class:`~autotune.launch.managed.ManagedLauncher`, over the service managers (test doubles
+subclass this base directly).
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError, LaunchError
-from autotune.launch.classify import FailureClass, classify_log
-from autotune.launch.order import DependencyError, dependency_order
+from autotune.failures import Failure, classify_log
 from autotune.specs import ServiceSpec
 
 _L = TypeVar("_L", bound="Launcher")
@@ -216,7 +218,7 @@ class Launcher(ABC):
                     raise LaunchError(
                         "the trial's deadline (trial_timeout_s) passed while it was starting",
                         service=late,
-                        failure=FailureClass.trial_timeout.value,
+                        failure=Failure.trial_timeout.value,
                         log_tail=self.log_tails({late: specs[late]}),
                     )
                 if inflight and not progressed:
@@ -254,7 +256,7 @@ class Launcher(ABC):
                 tail = self.log_tails({name: specs[name]})
                 found = classify_log(tail)
                 failure = (
-                    FailureClass.crashed if found.failure is FailureClass.unknown else found.failure
+                    Failure.crashed if found.failure is Failure.unknown else found.failure
                 )
                 detail = f": {found.line}" if found.line else ""
                 return LaunchError(

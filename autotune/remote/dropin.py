@@ -2,9 +2,9 @@
 
 ``/etc/systemd/system/UNIT.d/50-autotune.conf`` replaces the command and adds (or removes)
 environment variables of an existing unit, leaving the unit file itself untouched, so
-``autotune restore`` only has to delete one file. Quoting and validation are those of the
-systemd export (:mod:`autotune.export.systemd`): one ``Environment="NAME=value"`` per
-variable, ``$`` and ``%`` escaped in ``ExecStart=``, newlines refused.
+``autotune restore`` only has to delete one file. Quoting and validation are
+:mod:`autotune.unitfile`'s, shared with the systemd export: one ``Environment="NAME=value"``
+per variable, ``$`` and ``%`` escaped in ``ExecStart=``, newlines refused.
 
 Besides the trial's command and environment the drop-in sets:
 
@@ -28,9 +28,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from autotune.errors import ConfigError
-from autotune.export.systemd import DROPIN_NAME, environment_line, exec_line
 from autotune.secrets import looks_secret, redact_argv
 from autotune.specs import ServiceSpec
+from autotune.unitfile import DROPIN_NAME, check_env_name, environment_line, exec_line
 
 __all__ = [
     "DROPIN_NAME",
@@ -108,9 +108,7 @@ def render_dropin(spec: ServiceSpec, *, executable: str, deployment: str, unit: 
     env_lines = [environment_line(k, v, service=name) for k, v in sorted(spec.env.items())]
     unset = sorted(set(spec.unset_env))
     for var in unset:
-        # The export module validates names only through environment_line (its name check
-        # is private); the line itself is discarded.
-        environment_line(var, "", service=name)
+        check_env_name(var, service=name)
     lines = [
         f"# Written by autotune (deployment '{deployment}', service '{name}') while it tunes",
         f"# {unit}. Removed by `autotune restore`; do not edit. The empty ExecStart= clears",

@@ -35,7 +35,7 @@ from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut, ThreadException
 
 from autotune.errors import ConfigError
-from autotune.remote.hosts import HostSpec, validate_hosts
+from autotune.hosts import HostSpec, validate_hosts
 from autotune.remote.shell import CommandResult, Shell, ShellError
 
 log = logging.getLogger(__name__)

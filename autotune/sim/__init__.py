@@ -16,6 +16,7 @@ from autotune.sim.levers import (
     levers_to_command,
     sample_levers,
 )
+from autotune.sim.optimum import true_optimum
 from autotune.sim.perf_model import (
     StartupFailure,
     expected_output_throughput,
@@ -23,7 +24,6 @@ from autotune.sim.perf_model import (
     resolve,
     serves_wrong_text,
     startup_failure,
-    true_optimum,
 )
 
 __all__ = [

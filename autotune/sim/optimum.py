@@ -19,12 +19,16 @@ in prefill time, in memory need and in the batch limit):
   evaluated once.
 
 Among equally fast settings the one that changes the fewest levers from the baseline wins.
+
+This module sits above the model (it only evaluates it); :func:`true_optimum` is the
+memoised entry point (it used to live in ``perf_model``, which made the two import each other).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from autotune.sim import perf_model as pm
 from autotune.sim.levers import (
@@ -277,3 +281,16 @@ def _best_chunk(lv: Levers, chunks: list[int], input_len: int) -> tuple[int, flo
         if best is None or t < best[1] * (1 - 1e-12):
             best = (chunk, t)
     return best
+
+
+@lru_cache(maxsize=32)
+def true_optimum(
+    *, concurrency: int = 16, input_len: int, output_len: int, deployment: str = "pd"
+) -> Optimum:
+    """Best correct lever setting of the lever grid under this model (exact, memoised)."""
+    return search(
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
+        deployment=deployment,
+    )

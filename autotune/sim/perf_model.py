@@ -22,13 +22,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from autotune.sim.args import SGLANG_VERSION as _SGLANG_VERSION
 from autotune.sim.args import SimConfig
-
-if TYPE_CHECKING:
-    from autotune.sim.optimum import Optimum
 
 # Source tags: [§n] DOMAIN.md section; [datasheet] NVIDIA RTX PRO 6000 Blackwell datasheet;
 # [SGLang file] the SGLang 0.5.23 source; [calibrated] set so the seeds' measurements come out
@@ -1210,19 +1206,4 @@ def expected_tpot_ms(
             deployment=deployment,
             prefill=prefill,
         ).tpot_s
-    )
-
-
-@lru_cache(maxsize=32)
-def true_optimum(
-    *, concurrency: int = 16, input_len: int, output_len: int, deployment: str = "pd"
-) -> Optimum:
-    """Best correct lever setting of the lever grid under this model (exact, memoised)."""
-    from autotune.sim.optimum import search
-
-    return search(
-        concurrency=concurrency,
-        input_len=input_len,
-        output_len=output_len,
-        deployment=deployment,
     )

@@ -21,6 +21,7 @@ from autotune.sim.levers import (
     sample_levers,
     violations,
 )
+from autotune.sim.optimum import Optimum, true_optimum
 
 IN, OUT = 1024, 256
 NVFP4 = {**BASELINE, "checkpoint": "nvfp4", "moe_runner_backend": "flashinfer_cutlass"}
@@ -66,8 +67,8 @@ def pd_thr(
 
 
 @pytest.fixture(scope="module")
-def optimum() -> pm.Optimum:
-    return pm.true_optimum(concurrency=16, input_len=IN, output_len=OUT)
+def optimum() -> Optimum:
+    return true_optimum(concurrency=16, input_len=IN, output_len=OUT)
 
 
 # ---- calibration targets -------------------------------------------------------------
@@ -135,7 +136,7 @@ def test_mtp_verifier_memory_halves_the_effective_batch() -> None:
     assert pm.running_cap(spec) <= 0.5 * pm.running_cap(nospec)
 
 
-def test_best_joint_setting(optimum: pm.Optimum) -> None:
+def test_best_joint_setting(optimum: Optimum) -> None:
     assert 1000 <= optimum.throughput <= 1300
     assert optimum.throughput >= 25 * thr(BASELINE)  # the bar for the main job
     pre, dec = pd_configs(optimum.levers)
@@ -152,12 +153,12 @@ def test_optimum_search_is_fast() -> None:
     import time
 
     t0 = time.perf_counter()
-    found = pm.true_optimum(concurrency=16, input_len=256, output_len=128)
+    found = true_optimum(concurrency=16, input_len=256, output_len=128)
     assert time.perf_counter() - t0 < 20
     assert found.throughput > 0 and found.evaluated > 1000
 
 
-def test_no_two_lever_change_from_baseline_comes_close(optimum: pm.Optimum) -> None:
+def test_no_two_lever_change_from_baseline_comes_close(optimum: Optimum) -> None:
     domains: dict[str, list[object]] = {k: list(v) for k, v in CATEGORIES.items()}
     del domains["nccl_channels"]  # only meaningful with its two counts: see below
     domains |= {
@@ -185,7 +186,7 @@ def test_no_two_lever_change_from_baseline_comes_close(optimum: pm.Optimum) -> N
     assert best < 0.5 * optimum.throughput
 
 
-def test_few_random_settings_come_close(optimum: pm.Optimum) -> None:
+def test_few_random_settings_come_close(optimum: Optimum) -> None:
     rng = random.Random(2024)
     n, near, moderate, ok = 20000, 0, 0, 0
     best = 0.0
@@ -210,7 +211,7 @@ def test_few_random_settings_come_close(optimum: pm.Optimum) -> None:
     assert ok / n > 0.6
 
 
-def test_wrong_text_config_is_fast_enough_to_fool_an_ungated_tuner(optimum: pm.Optimum) -> None:
+def test_wrong_text_config_is_fast_enough_to_fool_an_ungated_tuner(optimum: Optimum) -> None:
     wrong = {**optimum.levers, "pcie_ipc_allreduce": False, "nccl_proto": "LL128"}
     assert pm.serves_wrong_text(config_from_levers(wrong, mode="decode"))
     assert thr(wrong) > optimum.throughput

@@ -1,8 +1,11 @@
-"""Service managers: run one deployment's services on a host through a :class:`Shell`.
+"""Service managers: run one deployment's services on a host.
 
-:class:`ProcessManager` runs detached process groups with a pidfile; :class:`SystemdManager`
-overrides existing systemd units with a drop-in. Both keep what they need to undo their work
-on the host (``run_dir``), so ``autotune restore`` works after a crash of the tuner.
+:class:`LocalManager` runs child processes of the tuner on this machine (``manager:
+local``); through a :class:`Shell`, :class:`ProcessManager` runs detached process groups
+with a pidfile and :class:`SystemdManager` overrides existing systemd units with a
+drop-in. Each keeps what it needs to undo its work where it runs (``run_dir``), so a later
+session stops leftovers and ``autotune restore`` works after a crash of the tuner. The
+lifecycle around them is the launcher's (:mod:`autotune.launch.managed`).
 """
 
 from __future__ import annotations
@@ -10,12 +13,20 @@ from __future__ import annotations
 from typing import Literal
 
 from autotune.errors import ConfigError
-from autotune.remote.managers.base import ServiceManager
+from autotune.remote.managers.base import ServiceManager, ShellManager
+from autotune.remote.managers.local import LocalManager
 from autotune.remote.managers.process import ProcessManager
 from autotune.remote.managers.systemd import SystemdManager
 from autotune.remote.shell import Shell
 
-__all__ = ["ProcessManager", "ServiceManager", "SystemdManager", "create_manager"]
+__all__ = [
+    "LocalManager",
+    "ProcessManager",
+    "ServiceManager",
+    "ShellManager",
+    "SystemdManager",
+    "create_manager",
+]
 
 
 def create_manager(
@@ -26,9 +37,9 @@ def create_manager(
     run_dir: str | None = None,
     unit_dir: str = "/etc/systemd/system",
     sudo: bool = True,
-) -> ServiceManager:
-    """The manager for a :attr:`ServiceSpec.manager` value other than ``local``
-    (``unit_dir`` and ``sudo`` apply to systemd only)."""
+) -> ShellManager:
+    """The manager for a :attr:`ServiceSpec.manager` value other than ``local`` (a
+    :class:`LocalManager` needs no shell; ``unit_dir`` and ``sudo`` apply to systemd only)."""
     if kind == "process":
         return ProcessManager(shell=shell, deployment=deployment, run_dir=run_dir)
     if kind == "systemd":

@@ -38,14 +38,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune.errors import ConfigError, LaunchError
-from autotune.launch.classify import FailureClass
+from autotune.failures import Failure
 from autotune.remote.managers import hostops
-from autotune.remote.managers.base import ServiceManager, last_lines, lines_after
+from autotune.remote.managers.base import ShellManager, last_lines, lines_after
 from autotune.remote.shell import Shell
 from autotune.secrets import redact_argv, redact_env, redacted_command
 from autotune.specs import ServiceSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXITED = re.compile(r"^=== autotune: exited with code (-?\d+)$", re.MULTILINE)
 _READ_LIMIT = 1 << 20
 _TAIL_BYTES = 256 * 1024
 
@@ -124,7 +125,7 @@ class _Status:
         return self.proc is not None and self.proc.running and self.ours()
 
 
-class ProcessManager(ServiceManager):
+class ProcessManager(ShellManager):
     """Runs services as detached process groups on a host (see the module docstring).
 
     ``stop_grace_s`` is the grace period a :meth:`start` gives a still-running previous
@@ -259,7 +260,7 @@ class ProcessManager(ServiceManager):
                 f"processes {stuck} of the service did not exit after SIGKILL on "
                 f"{self.shell.name} (uninterruptible sleep?)",
                 service=name,
-                failure=FailureClass.unknown.value,
+                failure=Failure.unknown.value,
             )
 
     def alive(self, name: str) -> bool:
@@ -280,6 +281,14 @@ class ProcessManager(ServiceManager):
         pos, data = hostops.read_file(self.shell, self.logfile(name), offset=pos, limit=_READ_LIMIT)
         text, used = lines_after(data, complete_only=len(data) < _READ_LIMIT)
         return text, pos + used
+
+    def exit_code(self, name: str) -> int | None:
+        """The code the leader wrote to the log when the command ended on its own."""
+        codes = _EXITED.findall(self.log_tail(name, lines=5))
+        return int(codes[-1]) if codes else None
+
+    def log_location(self, name: str) -> str:
+        return f"{self.shell.name}:{self.logfile(self._name_of(name))}"
 
     def restore(self, name: str) -> None:
         """Stop the service and remove its pidfile and record; the log is kept."""
@@ -360,7 +369,7 @@ class ProcessManager(ServiceManager):
         raise LaunchError(
             f"could not launch on {self.shell.name}: {detail}",
             service=name,
-            failure=FailureClass.exited.value,
+            failure=Failure.exited.value,
             log_tail=self.log_tail(name),
         )
 

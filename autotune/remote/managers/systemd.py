@@ -32,10 +32,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune.errors import ConfigError, LaunchError
-from autotune.launch.classify import FailureClass
+from autotune.failures import Failure
 from autotune.remote.dropin import dropin_mode, dropin_path, normalize_unit, render_dropin
 from autotune.remote.managers import hostops
-from autotune.remote.managers.base import ServiceManager, last_lines
+from autotune.remote.managers.base import ShellManager, last_lines
 from autotune.remote.shell import CommandResult, Shell
 from autotune.secrets import redacted_command
 from autotune.specs import ServiceSpec
@@ -87,7 +87,7 @@ rm -f "$f" && { rmdir "$d" 2>/dev/null; true; }
 """
 
 
-class SystemdManager(ServiceManager):
+class SystemdManager(ShellManager):
     """Runs services as existing systemd units overridden by an autotune drop-in.
 
     ``unit_dir`` is where drop-ins go (``/etc/systemd/system``; a temporary directory in
@@ -182,7 +182,7 @@ class SystemdManager(ServiceManager):
                 f"systemctl start {unit} failed on {self.shell.name}: "
                 f"{(res.stderr or res.stdout).strip()[-500:]}",
                 service=name,
-                failure=FailureClass.exited.value,
+                failure=Failure.exited.value,
                 log_tail=self.log_tail(name),
             )
 
@@ -215,6 +215,10 @@ class SystemdManager(ServiceManager):
         start = min(max(offset, 0), len(lines))
         new = lines[start:]
         return ("\n".join(new) + "\n" if new else ""), len(lines)
+
+    def log_location(self, name: str) -> str:
+        unit = self._unit_of(self._name_of(name))
+        return f"{self.shell.name}: journalctl -u {unit}" if unit else self.shell.name
 
     def restore(self, name: str) -> None:
         """Remove the drop-in (or put the previous one back), reload, and return the unit to
@@ -323,7 +327,7 @@ class SystemdManager(ServiceManager):
             raise LaunchError(
                 f"{unit} did not stop after SIGKILL on {self.shell.name}",
                 service=name,
-                failure=FailureClass.unknown.value,
+                failure=Failure.unknown.value,
             )
 
     def _show(self, unit: str) -> dict[str, str]:
@@ -377,7 +381,7 @@ class SystemdManager(ServiceManager):
             raise LaunchError(
                 f"{what} failed on {self.shell.name} (exit code {res.exit_code}): {detail}",
                 service=service,
-                failure=FailureClass.unknown.value,
+                failure=Failure.unknown.value,
             )
 
     def _read_state(self) -> dict[str, Any]:

@@ -1,0 +1,29 @@
+"""The service-manager contract for ``manager: local`` (child processes of the tuner)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from manager_contract import ManagerContract, Rig
+
+from autotune.launch import LocalLauncher
+from autotune.launch.base import Launcher
+
+
+class LocalRig(Rig):
+    fail_fast_s = 2.0
+
+    def _new_launcher(self) -> Launcher:
+        return LocalLauncher(
+            self.tmp_path / "run", stop_grace_s=2.0, port_wait_s=2.0, poll_interval_s=0.05
+        )
+
+
+class TestLocalManager(ManagerContract):
+    @pytest.fixture
+    def rig(self, tmp_path: Path) -> Iterator[Rig]:
+        rig = LocalRig(tmp_path)
+        yield rig
+        rig.cleanup()
