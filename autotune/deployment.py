@@ -16,6 +16,10 @@ so fingerprints, and therefore "restart only what changed", stay stable across t
 service's extra ports (``ports: {bootstrap: auto}``: a second listener, such as SGLang's
 ``--disaggregation-bootstrap-port`` or the router's ``--prometheus-port``) are fixed or
 ``auto`` the same way, so two deployments on one machine never share one.
+
+Why one module of ~610 lines: the deployment model and its cross-field checks
+(references, roles, ports, templates) read one file's fields together; rendering
+(:mod:`autotune.render`) and the hosts model (:mod:`autotune.hosts`) are modules of their own.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ One fabric ``Connection`` per host is opened lazily and reused for every command
   trial.
 * Authentication is by key file or agent only. Private keys are read by paramiko alone;
   their contents never reach a message, a log line or an attribute of these classes.
+
+Why one module of ~630 lines: one SSH connection's life (host-key policy, connect,
+exec with a watchdog, atomic upload, reconnect) shares the connection state and its lock;
+the shell contract it implements is :mod:`autotune.remote.shell`.
 """
 
 from __future__ import annotations
