@@ -45,6 +45,10 @@ from autotune.secrets import redacted_command
 from autotune.specs import ServiceSpec
 
 STATE_FILE = "state.json"
+RUN_DIR_VAR = "AUTOTUNE_LOCAL_RUN_DIR"
+"""Set in every service's environment to its manager's run directory: a tuner killed
+between starting a process and recording it in ``state.json`` leaves a process no record
+names, and the next manager on that run directory finds it by this variable."""
 _TAIL_BYTES = 16384
 _SCAN_BYTES = 4 * 1024 * 1024
 
@@ -96,6 +100,12 @@ class LocalManager(ServiceManager):
         """The last start of every service, stopped ones included (their logs)."""
         self._leftovers: dict[str, _Proc] = _read_state(self.state_file)
         self._last.update(self._leftovers)
+        recorded = {p.pid for p in self._leftovers.values()}
+        for pid in _marked_processes(self.run_dir):
+            if pid not in recorded and pid != os.getpid():
+                orphan = _orphan(pid)
+                if orphan is not None:
+                    self._leftovers[orphan.name] = orphan
 
     @property
     def where(self) -> str:
@@ -122,6 +132,7 @@ class LocalManager(ServiceManager):
         for key in spec.unset_env:
             env.pop(key, None)
         env.update(spec.env)
+        env[RUN_DIR_VAR] = str(self.run_dir.resolve())
         command = redacted_command(spec.argv, spec.env, spec.unset_env)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -298,6 +309,43 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return raw[raw.rfind(")") + 2 :].split()
+
+
+def _marked_processes(run_dir: Path) -> list[int]:
+    """Process-group leaders (Linux) whose environment names ``run_dir`` as their manager's
+    (:data:`RUN_DIR_VAR`); their children inherit it too, and go with their group."""
+    if not sys.platform.startswith("linux"):
+        return []
+    needle = f"{RUN_DIR_VAR}={run_dir.resolve()}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            environ = (entry / "environ").read_bytes()
+            if needle in environ.split(b"\0") and os.getpgid(pid) == pid:
+                found.append(pid)
+        except (OSError, ProcessLookupError):
+            continue  # gone, or another user's
+    return found
+
+
+def _orphan(pid: int) -> _Proc | None:
+    """A process of an earlier session that was never recorded, as a leftover to stop."""
+    ticks = _start_ticks(pid)
+    if ticks is None:
+        return None
+    return _Proc(
+        name=f"unrecorded-{pid}",
+        fingerprint="",
+        pid=pid,
+        pgid=pid,
+        start_ticks=ticks,
+        log_file="",
+        command="",
+        started_at="",
+    )
 
 
 def _start_ticks(pid: int) -> int | None:
