@@ -255,9 +255,7 @@ class Launcher(ABC):
             if state is not None and not state.alive:
                 tail = self.log_tails({name: specs[name]})
                 found = classify_log(tail)
-                failure = (
-                    Failure.crashed if found.failure is Failure.unknown else found.failure
-                )
+                failure = Failure.crashed if found.failure is Failure.unknown else found.failure
                 detail = f": {found.line}" if found.line else ""
                 return LaunchError(
                     f"the service died while it was being measured{detail}",

@@ -11,9 +11,10 @@ caps Optuna at the minor releases this module was tested with.
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,6 +44,7 @@ except ImportError:  # pragma: no cover - another Optuna layout: Study.metric_na
     METRIC_NAMES_KEY = None  # type: ignore[assignment]
 
 __all__ = [
+    "StudySnapshot",
     "CONSTRAINTS_KEY",
     "METRIC_NAMES_KEY",
     "OPTUNA_TESTED",
@@ -96,6 +98,57 @@ def trial_by_number(study: optuna.Study, number: int) -> FrozenTrial:
     return storage.get_trial(
         storage.get_trial_id_from_study_id_trial_number(study_id_of(study), number)
     )
+
+
+class StudySnapshot(optuna.Study):
+    """``study`` answering from trials and attributes already read.
+
+    :func:`autotune.results.best_estimate` reads the trials, the metric names and the user
+    attributes through the study; this gives it the ones ``autotune status`` read
+    (:func:`autotune.study.status.study_status`), so a status costs one read of the trials
+    (10,000 of them on a remote database are what dominates). Anything else falls through
+    to the real study.
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        trials: list[FrozenTrial],
+        system_attrs: Mapping[str, Any],
+    ) -> None:  # no super().__init__(): it would read the storage again
+        self.__dict__.update(study.__dict__)
+        self._status_trials = trials
+        self._status_system_attrs = system_attrs
+        self._status_user_attrs: dict[str, Any] | None = None
+
+    def get_trials(
+        self, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy, states)
+
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
+        trials = self._status_trials
+        if states is not None:
+            trials = [t for t in trials if t.state in states]
+        return copy.deepcopy(trials) if deepcopy else list(trials)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        if self._status_user_attrs is None:
+            self._status_user_attrs = self._storage.get_study_user_attrs(self._study_id)
+        return copy.deepcopy(self._status_user_attrs)
+
+    @property
+    def metric_names(self) -> list[str] | None:
+        if METRIC_NAMES_KEY is None:  # pragma: no cover
+            return super().metric_names
+        names = self._status_system_attrs.get(METRIC_NAMES_KEY)
+        return list(names) if names is not None else None
 
 
 # --------------------------------------------------------------------- batched writes

@@ -21,16 +21,15 @@ and its rendering (text, JSON, rich table), which share every field name.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections import Counter
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -39,7 +38,7 @@ from rich.text import Text
 from autotune.errors import StorageError
 from autotune.failures import Failure
 from autotune.results import THROUGHPUT, best_estimate, feasible, format_estimate
-from autotune.study._optuna_compat import METRIC_NAMES_KEY, storage_of, study_id_of
+from autotune.study._optuna_compat import StudySnapshot, storage_of, study_id_of
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
     WORKER_LOST,
@@ -54,9 +53,6 @@ from autotune.trial.record import TrialRecord
 Liveness = Literal["running", "lost", "stopped", "interrupted", "failed"]
 _LIVENESS_ORDER = {"running": 0, "lost": 1, "interrupted": 2, "failed": 3, "stopped": 4}
 
-# Where Optuna keeps set_metric_names (read from the one system-attribute read); None:
-# another Optuna layout, read through the study.
-_METRIC_NAMES_KEY: str | None = METRIC_NAMES_KEY
 
 
 # --- the status model ------------------------------------------------------------------
@@ -168,56 +164,6 @@ class StudyStatus(BaseModel):
 # --- reading ----------------------------------------------------------------------------
 
 
-class _Snapshot(optuna.Study):
-    """``study`` answering from trials and attributes already read.
-
-    :func:`autotune.results.best_estimate` reads the trials, the metric names and the user
-    attributes through the study; this gives it the ones :func:`study_status` read, so a
-    status costs one read of the trials (10,000 of them on a remote database are what
-    dominates). Anything else falls through to the real study.
-    """
-
-    def __init__(
-        self,
-        study: optuna.Study,
-        trials: list[FrozenTrial],
-        system_attrs: Mapping[str, Any],
-    ) -> None:  # no super().__init__(): it would read the storage again
-        self.__dict__.update(study.__dict__)
-        self._status_trials = trials
-        self._status_system_attrs = system_attrs
-        self._status_user_attrs: dict[str, Any] | None = None
-
-    def get_trials(
-        self, deepcopy: bool = True, states: Container[TrialState] | None = None
-    ) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
-
-    def _get_trials(
-        self,
-        deepcopy: bool = True,
-        states: Container[TrialState] | None = None,
-        use_cache: bool = False,
-    ) -> list[FrozenTrial]:
-        trials = self._status_trials
-        if states is not None:
-            trials = [t for t in trials if t.state in states]
-        return copy.deepcopy(trials) if deepcopy else list(trials)
-
-    @property
-    def user_attrs(self) -> dict[str, Any]:
-        if self._status_user_attrs is None:
-            self._status_user_attrs = self._storage.get_study_user_attrs(self._study_id)
-        return copy.deepcopy(self._status_user_attrs)
-
-    @property
-    def metric_names(self) -> list[str] | None:
-        if _METRIC_NAMES_KEY is None:  # pragma: no cover
-            return super().metric_names
-        names = self._status_system_attrs.get(_METRIC_NAMES_KEY)
-        return list(names) if names is not None else None
-
-
 def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudyStatus:
     """Everything ``autotune status`` shows, from one read of the trials and one of the
     study's system attributes (plus its user attributes, for the re-measurements).
@@ -231,7 +177,7 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
     system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
     trials = study.get_trials(deepcopy=False)
     records, unreadable = parse_worker_records(system_attrs)
-    snapshot = _Snapshot(study, trials, system_attrs)
+    snapshot = StudySnapshot(study, trials, system_attrs)
     metric_names = snapshot.metric_names or [THROUGHPUT]
 
     states: Counter[str] = Counter({s: 0 for s in ("COMPLETE", "RUNNING", "WAITING", "FAIL")})
