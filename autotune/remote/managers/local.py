@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ class LocalManager(ServiceManager):
         self.port_wait_s = port_wait_s
         self.stop_grace_s = stop_grace_s
         self._procs: dict[str, _Proc] = {}
+        self._state_lock = threading.RLock()
         self._last: dict[str, _Proc] = {}
         """The last start of every service, stopped ones included (their logs)."""
         self._leftovers: dict[str, _Proc] = _read_state(self.state_file)
@@ -176,18 +178,20 @@ class LocalManager(ServiceManager):
 
     def stop(self, spec_or_name: ServiceSpec | str, *, grace_s: float = 10.0) -> None:
         name = spec_or_name.name if isinstance(spec_or_name, ServiceSpec) else spec_or_name
-        own = self._procs.pop(name, None)
-        p = own or self._leftovers.pop(name, None)
+        with self._state_lock:  # stops of independent services run in threads
+            own = self._procs.pop(name, None)
+            p = own or self._leftovers.pop(name, None)
         if p is None:
             return
         try:
             _terminate([p], grace_s=grace_s)
         finally:
-            if _proc_alive(p):
-                self._leftovers[name] = p  # stuck: stop_leftovers tries again
-            elif own is not None:
-                _log_stop(p)
-            self._save_state()
+            with self._state_lock:
+                if _proc_alive(p):
+                    self._leftovers[name] = p  # stuck: stop_leftovers tries again
+                elif own is not None:
+                    _log_stop(p)
+                self._save_state()
 
     def alive(self, name: str) -> bool:
         p = self._procs.get(name) or self._leftovers.get(name)
@@ -266,18 +270,21 @@ class LocalManager(ServiceManager):
 
     # ------------------------------------------------------------------ helpers
     def _save_state(self) -> None:
-        services = {n: p.to_json() for n, p in self._leftovers.items()}
-        services.update({n: p.to_json() for n, p in self._procs.items()})
-        path = self.state_file
-        if not services:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        data = {"launcher_pid": os.getpid(), "services": services}
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        # The launcher stops independent services concurrently (threads): one writer at a
+        # time, each with a file of its own until the rename.
+        with self._state_lock:
+            services = {n: p.to_json() for n, p in self._leftovers.items()}
+            services.update({n: p.to_json() for n, p in self._procs.items()})
+            path = self.state_file
+            if not services:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            data = {"launcher_pid": os.getpid(), "services": services}
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------- processes
