@@ -28,6 +28,7 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
+from autotune.failures import Failure
 from autotune.results import dominates, feasible
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.definition import SAMPLERS
@@ -440,7 +441,7 @@ def _causes(trial: FrozenTrial) -> list[str]:
     failure = trial.user_attrs.get("failure")
     if not failure:
         return ["infeasible"]
-    if failure == "forbidden":
+    if failure == Failure.forbidden:
         rules = trial.user_attrs.get("violations")
         if not isinstance(rules, list):
             rules = RULE_NAME.findall(str(trial.user_attrs.get("reason") or ""))

@@ -458,7 +458,7 @@ def fail_lost_trial(study: optuna.Study, lost: LostTrial, *, reason: str) -> boo
         if row.state != TrialState.RUNNING:
             return False
         model = _rdb_models.TrialUserAttributeModel
-        for key, value in (("failure", "worker_lost"), ("reason", reason)):
+        for key, value in (("failure", WORKER_LOST), ("reason", reason)):
             set_trial_attr_without_commit(rdb, session, model, lost.trial_id, key, value)
         row.state = TrialState.FAIL
         row.datetime_complete = dt.datetime.now()
