@@ -29,6 +29,7 @@ import secrets
 import shlex
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from types import TracebackType
@@ -378,6 +379,7 @@ class SSHShell(Shell):
         line = self.command_line(command, sudo=sudo)
 
         def go(conn: Any) -> CommandResult:
+            started = time.monotonic()
             try:
                 with _watchdog(conn, timeout + WATCHDOG_GRACE_S) as fired:
                     try:
@@ -409,6 +411,12 @@ class SSHShell(Shell):
                 raise ShellError(
                     self.name, f"connection failed while the command ran ({exc}); not retried"
                 ) from None
+            if res.exited != 0 and time.monotonic() - started >= timeout:
+                # invoke's timer killed it but, racing the channel's end on a busy machine,
+                # returned the result instead of raising CommandTimedOut (warn=True).
+                raise ShellError(
+                    self.name, f"command timed out after {timeout:g}s: {_brief(command)}"
+                )
             if res.exited == _NO_EXIT_STATUS and not conn.is_connected:
                 self._discard(conn)
                 raise ShellError(
