@@ -27,3 +27,13 @@ class TestLocalManager(ManagerContract):
         rig = LocalRig(tmp_path)
         yield rig
         rig.cleanup()
+
+
+def test_the_local_launcher_runs_its_services_through_one_local_manager(tmp_path: Path) -> None:
+    """What the contract above exercises is the LocalManager, not another path."""
+    from autotune.launch.managed import ManagedLauncher
+    from autotune.remote.managers.local import LocalManager
+
+    launcher = LocalRig(tmp_path)._new_launcher()
+    assert isinstance(launcher, ManagedLauncher)
+    assert isinstance(launcher.manager_for(None), LocalManager)  # type: ignore[arg-type]

@@ -59,3 +59,12 @@ class TestProcessManagerOverSSH(ManagerContract):
         rig = ProcessRig(tmp_path, host_pool.get("loopback"))
         yield rig
         rig.cleanup()
+
+
+def test_the_process_rig_runs_through_a_process_manager_on_its_shell(tmp_path: Path) -> None:
+    """What the contract above exercises is the ProcessManager over the given shell."""
+    shell = LocalShell()
+    launcher = ProcessRig(tmp_path, shell)._new_launcher()
+    assert isinstance(launcher, ManagedLauncher)
+    manager = launcher.manager_for(None)  # type: ignore[arg-type]
+    assert isinstance(manager, ProcessManager) and manager.shell is shell
