@@ -139,10 +139,10 @@ def _read_extended(path: Path, *, chain: tuple[Path, ...]) -> object:
         )
     parent = (path.parent / ref).resolve()
     if parent in chain or parent == path.resolve():
-        names = " -> ".join(str(p) for p in (*chain, path.resolve(), parent))
+        names = " -> ".join(repr(str(p)) for p in (*chain, path.resolve(), parent))
         raise ConfigError(f"extends forms a cycle: {names}", file=file, field="extends")
     if not parent.is_file():
-        raise ConfigError(f"extends: no space file {parent}", file=file, field="extends")
+        raise ConfigError(f"no space file {str(parent)!r}", file=file, field="extends")
     base = _read_extended(parent, chain=(*chain, path.resolve()))
     parse_space(base, file=str(parent))  # the parent stands on its own
     assert isinstance(base, dict)  # parse_space accepted it

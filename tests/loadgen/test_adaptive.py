@@ -97,7 +97,9 @@ def test_abort_if_cuts_the_measure_phase(fake_server: FakeServer) -> None:
 
 
 def test_abort_if_returning_none_changes_nothing(fake_server: FakeServer) -> None:
-    fake_server.behaviour.chunk_delay_s = 0.002
+    # 15 rounds of 8 chunks x 10 ms: >= 1.2 s, several estimate ticks (a 2 ms delay
+    # finished 60 requests in 0.25 s, before the first tick, on a fast run).
+    fake_server.behaviour.chunk_delay_s = 0.01
     calls: list[float] = []
     result = run_load(
         fake_server.url,

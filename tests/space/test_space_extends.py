@@ -174,7 +174,7 @@ def test_a_broken_parent_names_the_parents_file(tmp_path: Path) -> None:
 def test_a_cycle_through_two_files(tmp_path: Path) -> None:
     _write(tmp_path / "a.yaml", {"extends": "b.yaml", "name": "a"})
     _write(tmp_path / "b.yaml", {"extends": "a.yaml", "name": "b"})
-    with pytest.raises(ConfigError, match=r"cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+    with pytest.raises(ConfigError, match=r"cycle: .*a\.yaml' -> .*b\.yaml' -> .*a\.yaml"):
         load_space(tmp_path / "a.yaml")
 
 
