@@ -6,6 +6,8 @@ use templates, checked when the file is loaded:
 
 * ``${python}``: the interpreter running autotune; ``${deployment}``: the deployment name;
   ``${run_dir}``: the run directory (logs, state); ``${model}``: the ``model`` field;
+  ``${deployment_dir}``: the directory holding the deployment file, on this machine (paths
+  that travel with a project checkout: its engine environments, a model built beside it);
 * in a service: ``${service}``, ``${host}``, ``${port}`` of that service, and
   ``${ports.NAME}`` for each of its extra ports (``ports: {NAME: PORT}``);
 * anywhere: ``${NAME.host}`` / ``${NAME.port}`` / ``${NAME.ports.EXTRA}`` of service NAME;
@@ -89,6 +91,9 @@ class ServiceDef(BaseModel):
     health: HealthCheck = Field(default_factory=HealthCheck)
     info_url: StrictStr | None = None
     """``/server_info`` URL: the resolved arguments, read once the service is healthy."""
+    metrics_url: StrictStr | None = None
+    """Prometheus ``/metrics`` URL, scraped before and after every measured phase: what the
+    server itself counted (KV-cache usage, preemptions, prefix-cache hits, its TTFT)."""
     log_file: StrictStr = "${run_dir}/${service}.log"
     """Appended to on every start; a relative path is relative to the run directory."""
     workdir: StrictStr | None = None
@@ -312,6 +317,7 @@ class Deployment(BaseModel):
             "deployment": self.name,
             "run_dir": str(run_dir),
             "sim_speedup": f"{self.sim_speedup:g}",
+            "deployment_dir": str((self._source.parent if self._source else Path()).resolve()),
         }
         for n, s in self.services.items():
             ctx[f"{n}.host"] = s.host
@@ -363,7 +369,7 @@ def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> st
 
 def _global_names(dep: Deployment) -> dict[str, str]:
     """Placeholder values for every name allowed at the top level (for checking)."""
-    names = {"python": "", "deployment": "", "run_dir": "", "sim_speedup": ""}
+    names = {"python": "", "deployment": "", "run_dir": "", "sim_speedup": "", "deployment_dir": ""}
     for n, s in dep.services.items():
         names[f"{n}.host"] = ""
         names[f"{n}.port"] = ""
@@ -384,6 +390,8 @@ def _template_fields(dep: Deployment) -> list[tuple[str, str, str | None]]:
         out += [(f"{base}.health.url", s.health.url, n), (f"{base}.log_file", s.log_file, n)]
         if s.info_url is not None:
             out.append((f"{base}.info_url", s.info_url, n))
+        if s.metrics_url is not None:
+            out.append((f"{base}.metrics_url", s.metrics_url, n))
         if s.workdir is not None:
             out.append((f"{base}.workdir", s.workdir, n))
     return out
@@ -502,7 +510,7 @@ def _check(dep: Deployment) -> None:
             values.update({"service": "", "host": "", "port": ""})
             values.update({f"ports.{k}": "" for k in dep.services[service].ports})
         expand(text, values, file=file, field=field)
-        if field == "endpoint" or field.endswith((".health.url", ".info_url")):
+        if field == "endpoint" or field.endswith((".health.url", ".info_url", ".metrics_url")):
             _check_url(text, file=file, field=field)
 
 

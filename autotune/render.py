@@ -224,6 +224,9 @@ def _render(
             workdir=str(Path(workdir).expanduser().resolve()) if workdir is not None else None,
             depends_on=tuple(svc.depends_on),
             info_url=ex(svc.info_url, "info_url") if svc.info_url is not None else None,
+            metrics_url=(
+                ex(svc.metrics_url, "metrics_url") if svc.metrics_url is not None else None
+            ),
             on=svc.on,
             manager=svc.resolved_manager(),  # type: ignore[arg-type]
             unit=svc.unit,

@@ -34,6 +34,8 @@ class ServiceSpec(BaseModel):
     depends_on: tuple[str, ...] = ()
     info_url: str | None = None
     """``/server_info`` (or ``/get_server_info``) URL read after readiness, if any."""
+    metrics_url: str | None = None
+    """Prometheus URL scraped around the measured phase (never part of the fingerprint)."""
     on: str | None = None
     """Name of the SSH host (deployment ``hosts:``) that runs the service; None = this machine."""
     manager: Literal["local", "process", "systemd"] = "local"

@@ -67,7 +67,12 @@ class FailurePattern:
 
 @dataclass(frozen=True)
 class EngineMetrics:
-    """The engine's Prometheus names for what autotune reads (``None``: not exported)."""
+    """The engine's Prometheus names for what autotune reads (``None``: not exported).
+
+    The field names are the keys a trial stores (``server_metrics``), the same for every
+    engine; :func:`autotune.engines._prometheus.summarize` turns a window of scrapes into
+    them by the metric's type (counter: increase, histogram: mean, gauge: peak and mean).
+    """
 
     running: str | None = None
     queued: str | None = None
@@ -75,8 +80,16 @@ class EngineMetrics:
     prompt_tokens: str | None = None
     generation_tokens: str | None = None
     ttft: str | None = None
+    tpot: str | None = None
+    itl: str | None = None
+    e2e: str | None = None
+    queue_time: str | None = None
     preemptions: str | None = None
-    spec_accept: str | None = None
+    prefix_cache_hits: str | None = None
+    prefix_cache_queries: str | None = None
+    spec_accepted: str | None = None
+    spec_drafted: str | None = None
+    spec_accept_length: str | None = None
 
     def names(self) -> dict[str, str]:
         return {k: v for k, v in vars(self).items() if v is not None}

@@ -34,8 +34,10 @@ class SGLangEngine(BaseEngine):
         prompt_tokens="sglang:prompt_tokens_total",
         generation_tokens="sglang:generation_tokens_total",
         ttft="sglang:time_to_first_token_seconds",
+        itl="sglang:inter_token_latency_seconds",
+        e2e="sglang:e2e_request_latency_seconds",
         preemptions="sglang:num_retracted_requests_total",
-        spec_accept="sglang:spec_accept_length",
+        spec_accept_length="sglang:spec_accept_length",
     )
     # OpenAI endpoints accept ignore_eos and end streams with [DONE]; any model name is served.
     # Text prompts: a PD deployment is reached through sglang-router, whose /v1/completions

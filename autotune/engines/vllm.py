@@ -23,6 +23,8 @@ class VLLMEngine(BaseEngine):
         FailurePattern(65, "config_rejected", r"No common block size for \d+"),
         FailurePattern(62, "config_rejected", r"pydantic_core\._pydantic_core\.ValidationError"),
     )
+    # vllm/v1/metrics/loggers.py (PrometheusStatLogger; every family labelled model_name and
+    # engine); the spec_decode_* counters exist only when a speculative config is set.
     metrics: ClassVar[EngineMetrics] = EngineMetrics(
         running="vllm:num_requests_running",
         queued="vllm:num_requests_waiting",
@@ -30,8 +32,15 @@ class VLLMEngine(BaseEngine):
         prompt_tokens="vllm:prompt_tokens_total",
         generation_tokens="vllm:generation_tokens_total",
         ttft="vllm:time_to_first_token_seconds",
+        tpot="vllm:request_time_per_output_token_seconds",
+        itl="vllm:inter_token_latency_seconds",
+        e2e="vllm:e2e_request_latency_seconds",
+        queue_time="vllm:request_queue_time_seconds",
         preemptions="vllm:num_preemptions_total",
-        spec_accept="vllm:spec_decode_num_accepted_tokens_total",
+        prefix_cache_hits="vllm:prefix_cache_hits_total",
+        prefix_cache_queries="vllm:prefix_cache_queries_total",
+        spec_accepted="vllm:spec_decode_num_accepted_tokens_total",
+        spec_drafted="vllm:spec_decode_num_draft_tokens_total",
     )
     quirks: ClassVar[RequestQuirks] = RequestQuirks(ignore_eos=True, require_done=True)
     version_path: ClassVar[str | None] = "/version"

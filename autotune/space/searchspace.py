@@ -231,6 +231,45 @@ class SearchSpace:
         config = self._resolve(self.model.baseline, where="baseline", strict=True)
         return {p.name: config[p.name] for p in self.params if p.sampled and p.name in config}
 
+    def variant_params(
+        self, changes: Mapping[str, object], *, where: str, file: str | None = None
+    ) -> dict[str, Value]:
+        """The baseline with ``changes`` applied, as sampled values (a study's ``enqueue:``
+        entry names only what differs). Baseline values the changes make inactive are
+        dropped; a change that is itself inactive, unknown or out of range is a
+        :class:`ConfigError` naming ``file`` (default: the space's) and ``where.NAME``."""
+        base = dict(self.model.baseline or {})
+        unknown = [name for name in changes if name not in self._by_name]
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter '{unknown[0]}'",
+                file=file or self.file,
+                field=f"{where}.{unknown[0]}",
+                allowed=list(self._by_name),
+            )
+        try:
+            config = self._resolve({**base, **changes}, where=where, strict=False)
+        except ConfigError as exc:
+            raise ConfigError(
+                exc.message, file=file or self.file, field=exc.field, allowed=exc.allowed
+            ) from None
+        for name in changes:
+            param = self._by_name[name]
+            if name not in config:
+                raise ConfigError(
+                    f"'{name}' is inactive in this configuration; remove it or change what "
+                    "it depends on",
+                    file=file or self.file,
+                    field=f"{where}.{name}",
+                )
+            if not param.sampled:
+                raise ConfigError(
+                    f"'{name}' is derived, not sampled: it cannot be set",
+                    file=file or self.file,
+                    field=f"{where}.{name}",
+                )
+        return {p.name: config[p.name] for p in self.params if p.sampled and p.name in config}
+
     def baseline_config(self) -> TrialConfig:
         """The baseline as a complete configuration (with derived values)."""
         return self.complete(self.baseline_params())

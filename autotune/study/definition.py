@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
 from autotune.loadgen.spec import LoadSpec
+from autotune.space.model import Scalar
 from autotune.yamlio import load_model, one_line
 
 SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2")
@@ -149,6 +150,10 @@ class StudyDefinition(BaseModel):
     workers: WorkerSettings = Field(default_factory=WorkerSettings)  # type: ignore[arg-type]
     trial_timeout_s: PositiveFinite = 1800.0
     keep_services_running: bool = False
+    enqueue: list[dict[str, Scalar]] = Field(default_factory=list)
+    """Configurations tried right after the baseline of a new study, each written as the
+    baseline's changes (``{chunked_prefill: false, max_num_batched_tokens: 512}``): settings
+    a colleague swears by, or one suspected to fail. Checked against the space on load."""
 
     source: Path | None = Field(None, exclude=True)
 

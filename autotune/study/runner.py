@@ -144,6 +144,13 @@ class Tuner:
         self.study_name = check_study_name(study_name)
         self.storage_url = storage_url
         self.space: SearchSpace = load_space(definition.resolve(definition.space))
+        self._enqueue = [
+            self.space.variant_params(
+                changes, where=f"enqueue[{i}]", file=str(definition.source or "study")
+            )
+            for i, changes in enumerate(definition.enqueue)
+        ]
+        """The study's ``enqueue:`` as sampled values, checked before anything runs."""
         self.engine = get_engine(self.space.model.engine.name, self.space.model.engine.version)
         self.deployment: Deployment = load_deployment(
             deployment if deployment is not None else definition.resolve(definition.deployment)
@@ -279,11 +286,14 @@ class Tuner:
         self.worker.on_phase(name)
 
     def _enqueue_baseline(self) -> None:
-        """The baseline is trial 0 of a new study: enqueued by the first worker only."""
+        """The baseline is trial 0 of a new study, the study's ``enqueue:`` the next ones:
+        enqueued by the first worker only."""
         if self.study.get_trials(deepcopy=False):
             return
         if claim(self.study, BASELINE_CLAIM, -1).won:
             self.study.enqueue_trial(self.space.baseline_params(), user_attrs={"is_baseline": True})
+            for params in self._enqueue:
+                self.study.enqueue_trial(params)
 
     def _index_known(self) -> None:
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):

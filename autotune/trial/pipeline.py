@@ -33,6 +33,7 @@ from autotune.space import SearchSpace
 from autotune.specs import ServiceSpec
 from autotune.trial.effective import find_overrides
 from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
+from autotune.trial.server_metrics import ServerMetricsWatch, on_modeled_clock
 
 FAULT_SCAN_LINES = 2000
 """Log lines searched for the cause of a live server's fault: the traceback of an OOM in a
@@ -209,32 +210,42 @@ class TrialPipeline:
         if wrong is not None:
             return self._after_fault(specs, record, failure=Failure.wrong_output, reason=wrong)
 
+        watch = self._metrics_watch(specs)
+
         def on_load_phase(name: str) -> None:
             self.on_phase("warm-up" if name.startswith("warm") else name)
             if name.startswith("warm"):
                 failpoint("warmup")
+            if name == "measure":
+                watch.begin()
 
         def on_progress(done: int, total: int) -> None:
             if done == 1:
                 failpoint("measure")
 
-        try:
-            result = run_load(
-                endpoint,
-                self.load,
-                on_phase=on_load_phase,
-                on_progress=on_progress,
-                deadline=deadline,
-                abort_if=None if fresh else abort_if,
-            )
-        except BenchError as exc:
+        bench_error: BenchError | None = None
+        with watch:  # the sampling thread never outlives the load, Ctrl-C included
+            try:
+                result = run_load(
+                    endpoint,
+                    self.load,
+                    on_phase=on_load_phase,
+                    on_progress=on_progress,
+                    deadline=deadline,
+                    abort_if=None if fresh else abort_if,
+                )
+            except BenchError as exc:
+                bench_error = exc
+        if watch.summary:
+            record.server_metrics = on_modeled_clock(watch.summary, self.deployment.sim_speedup)
+        if bench_error is not None:
             timed_out = time.monotonic() >= deadline
             return self._after_fault(
                 specs,
                 record,
                 failure=Failure.trial_timeout if timed_out else Failure.bench_failed,
-                reason=str(exc),
-                stalled=isinstance(exc, BenchTimeout),
+                reason=str(bench_error),
+                stalled=isinstance(bench_error, BenchTimeout),
             )
         died = self.launcher.check_alive(specs)
         if died is not None:
@@ -282,6 +293,16 @@ class TrialPipeline:
         return self.measure(prepared, fresh=fresh, abort_if=abort_if)
 
     # ------------------------------------------------------------------ helpers
+
+    def _metrics_watch(self, specs: Mapping[str, ServiceSpec]) -> ServerMetricsWatch:
+        """A watch over every service that has a ``metrics_url`` and an engine that names
+        its metrics (a simulated or generic server without them is left out)."""
+        targets = {}
+        for name, spec in specs.items():
+            engine = self.engines.get(spec.settings_of)
+            if spec.metrics_url and engine is not None:
+                targets[name] = (spec.metrics_url, engine.metrics)
+        return ServerMetricsWatch(targets)
 
     def _read_back(self, prepared: Prepared, record: TrialRecord) -> None:
         """What the servers say they run: the engine version (warned once when it is not

@@ -82,6 +82,9 @@ class TrialRecord(BaseModel):
     engine_version: dict[str, str] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
     """The load generator's ``Metrics``, in the modeled hardware's time."""
+    server_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Service -> what the server's own ``/metrics`` counted in the measured phase
+    (:mod:`autotune.trial.server_metrics`): ``kv_usage_max``, ``preemptions``, ``ttft_mean_s``."""
     sim_speedup: float | None = None
     stop_reason: str | None = None
     aborted: str | None = None

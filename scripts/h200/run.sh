@@ -54,7 +54,7 @@ print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers
       f"{transformers.__version__}, optuna {optuna.__version__}, pydantic {pydantic.__version__}, "
       f"fastapi {fastapi.__version__}, GPU {torch.cuda.get_device_name(0)}")
 EOF
-  "$PY" scripts/h200/build_model.py --out "$MODEL" || return 1
+  "$PY" scripts/build_model.py --preset h200-2.8b --out "$MODEL" || return 1
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
   say "prepared in $((SECONDS - t0)) s"
 }

@@ -131,3 +131,20 @@ def test_the_simulated_deployment_end_to_end_without_a_study(tmp_path: Path) -> 
         assert pipeline.reference.get()  # the first healthy trial set it
         again = pipeline.evaluate(pipeline.space.complete(config))
         assert again.failure is None and again.record.restarted == []
+
+
+def test_the_servers_own_counters_are_stored_for_the_measured_phase(tmp_path: Path) -> None:
+    """The simulated SGLang workers export ``sglang:`` metrics: the window's counters hold
+    exactly the measured requests (the warm-up and the probe ran before it began)."""
+    pytest.importorskip("sglang_router")
+    with LocalLauncher(tmp_path / "run", stop_grace_s=5.0) as launcher:
+        pipeline = _pipeline(tmp_path, launcher, warmup_requests=4)
+        outcome = pipeline.evaluate(pipeline.space.baseline_config(), is_baseline=True)
+    assert outcome.failure is None, outcome.record.reason
+    server = outcome.record.server_metrics
+    assert set(server) == {"prefill", "decode"}  # the router has no engine metrics here
+    decode = server["decode"]
+    assert decode["e2e_count"] == 8  # 8 measured requests; not the 4 of the warm-up
+    assert 0 < decode["generation_tokens"] <= 8 * 16
+    assert decode["e2e_mean_s"] > 0 and decode["kv_usage_max"] >= 0
+    assert outcome.attrs["server_metrics"]["decode"]["e2e_count"] == 8

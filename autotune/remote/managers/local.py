@@ -18,6 +18,7 @@ may look at the process and its log on every readiness poll.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shlex
@@ -156,10 +157,14 @@ class LocalManager(ServiceManager):
                 )
             except OSError as exc:
                 log.write(f"=== autotune: cannot start: {exc}\n".encode())
+                # A missing or non-executable program (or workdir) is the same for every
+                # configuration (levers never edit the program): the run stops with this
+                # message instead of failing every trial alike; the trial is retried.
+                missing = exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR)
                 raise LaunchError(
                     f"cannot start {shlex.join(spec.argv[:1])}: {exc}",
                     service=spec.name,
-                    failure=Failure.exited.value,
+                    failure=(Failure.host_unreachable if missing else Failure.exited).value,
                 ) from None
         proc = _Proc(
             name=spec.name,
