@@ -4,6 +4,7 @@ Standard library only (the engine's environment does not have autotune installed
 
     ENGINE_PY dump_parser.py dump sglang            # the manifest JSON on stdout
     ENGINE_PY dump_parser.py parse sglang < cmds    # cmds: JSON list of argv lists (options only)
+    ENGINE_PY dump_parser.py parse vllm < '{"commands": [...], "values": ["max_num_seqs"]}'
 
 ``parse`` answers a JSON list, one ``{"ok": bool, "error": str}`` per command: the engine's
 own parser (and its own ``from_cli_args`` / validation step) decides, nothing of ours.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import enum
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -112,7 +115,7 @@ class Target:
         program: str,
         package: str | tuple[str, ...],
         build: Callable[[], Any],
-        check: Callable[[Any, list[str]], None],
+        check: Callable[[Any, list[str]], Any],
         stubs: tuple[str, ...] = (),
         env: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
@@ -189,8 +192,10 @@ def _vllm_parser() -> argparse.ArgumentParser:
     return cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 
-def _vllm_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    _vllm_cli_args().validate_parsed_serve_args(parser.parse_args(argv))
+def _vllm_check(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    ns = parser.parse_args(argv)
+    _vllm_cli_args().validate_parsed_serve_args(ns)
+    return ns
 
 
 def _transformers_serve_command() -> Any:
@@ -413,16 +418,35 @@ def dump(name: str) -> dict[str, Any]:
     }
 
 
-def parse(name: str, commands: list[list[str]]) -> list[dict[str, Any]]:
+def _parsed_value(value: Any, depth: int = 0) -> Any:
+    """A parsed value as JSON: a config dataclass (vLLM's --compilation-config) as its fields,
+    an enum member by name (CUDAGraphMode.FULL_DECODE_ONLY's value is a tuple)."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if depth < 2 and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _parsed_value(getattr(value, f.name, None), depth + 1)
+            for f in dataclasses.fields(value)
+        }
+    return _json_value(value)
+
+
+def parse(name: str, commands: Any) -> list[dict[str, Any]]:
+    """``commands``: a list of argv lists, or ``{"commands": [...], "values": [dest, ...]}``;
+    with the second form each accepted command also reports the parsed ``values`` of those
+    namespace fields (where the target's check returns the namespace)."""
     target = TARGETS[name]
     _stub_missing(*target.stubs)
     built = target.build()
+    dests: list[str] = []
+    if isinstance(commands, dict):
+        commands, dests = commands["commands"], list(commands.get("values") or [])
     results = []
     for argv in commands:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                target.check(built, list(argv))
+                ns = target.check(built, list(argv))
         except SystemExit as exc:
             lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
             message = lines[-1] if lines else str(exc.code)
@@ -431,7 +455,10 @@ def parse(name: str, commands: list[list[str]]) -> list[dict[str, Any]]:
         except Exception as exc:  # the engine's own validation rejected it
             results.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        results.append({"ok": True, "error": ""})
+        result: dict[str, Any] = {"ok": True, "error": ""}
+        if dests and isinstance(ns, argparse.Namespace):
+            result["values"] = {d: _parsed_value(getattr(ns, d, None)) for d in dests}
+        results.append(result)
     return results
 
 
