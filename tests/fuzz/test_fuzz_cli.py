@@ -288,7 +288,7 @@ class Workspace:
             .replace("@ROOT", str(self.root))
             .replace("@CLOSED", str(self.closed_port))
             .replace("@SPACE", str(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"))
-            .replace("@VLLM_SPACE", str(REPO / "search_spaces" / "vllm-example.yaml"))
+            .replace("@VLLM_SPACE", str(REPO / "search_spaces" / "vllm-cpu.yaml"))
         )
 
 

@@ -10,7 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
-VLLM = ROOT / "search_spaces" / "vllm-example.yaml"
+VLLM = ROOT / "search_spaces" / "vllm-cpu.yaml"
 
 SMALL: dict[str, Any] = {
     "name": "small",
