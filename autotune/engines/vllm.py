@@ -18,10 +18,21 @@ class VLLMEngine(BaseEngine):
         # vllm/v1/core/kv_cache_utils.py: the KV cache is smaller than one max-length request.
         FailurePattern(88, "cuda_oom", r"larger than the available KV cache memory"),
         # vllm/v1/worker/cpu_worker.py: VLLM_CPU_KVCACHE_SPACE above what the node has.
-        FailurePattern(88, "cuda_oom", r"Available memory on node \d+ .* is less than desired"),
+        # ... "on startup is less than desired CPU memory utilization" (no KV size given) or
+        # "on kv cache allocation is less than requested memory for kv" (VLLM_CPU_KVCACHE_SPACE).
+        FailurePattern(
+            88, "cuda_oom", r"Available memory on node \d+ .* is less than (desired|requested)"
+        ),
         # vllm/v1/attention/selector: block size the CPU attention backend cannot use.
         FailurePattern(65, "config_rejected", r"No common block size for \d+"),
+        # A config class refused the combination (vllm/config/*.py validators): the line under
+        # "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig"
+        # says what, e.g. "Value error, max_num_batched_tokens (512) is smaller than ...".
+        FailurePattern(63, "config_rejected", r"^\s*Value error, "),
         FailurePattern(62, "config_rejected", r"pydantic_core\._pydantic_core\.ValidationError"),
+        # vllm/v1/engine/utils.py: the engine core process died during start-up (the root cause
+        # is above it; this names the start-up failure when nothing more specific matched).
+        FailurePattern(30, "exited", r"RuntimeError: Engine core initialization failed"),
     )
     # vllm/v1/metrics/loggers.py (PrometheusStatLogger; every family labelled model_name and
     # engine); the spec_decode_* counters exist only when a speculative config is set.

