@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.space import SearchSpace
+from autotune.study._optuna_compat import trial_by_number
 from autotune.study.definition import StudyDefinition
 from autotune.study.interrupts import INTERRUPT_PENDING
 from autotune.study.journal import Journal
@@ -56,16 +56,17 @@ class StudyContext:
             stop=INTERRUPT_PENDING.is_set,
         )
 
-    def retry_later(self, trial: optuna.Trial | FrozenTrial) -> None:
-        """Enqueue the parameters of a trial that was not scored (interrupted, host down).
+    def retry_later(self, number: int) -> None:
+        """Enqueue the parameters of trial ``number``, which was not scored (interrupted,
+        host down), read from the storage alone (not a copy of every trial).
 
         A trial stopped before it suggested anything still carries the parameters it was
         enqueued with (the baseline, a retry): those are what is retried.
         """
-        frozen = self.study.trials[trial.number]
+        frozen = trial_by_number(self.study, number)
         params = frozen.params or frozen.system_attrs.get("fixed_params") or {}
         if params:
-            attrs = {"retry_of": trial.number}
+            attrs = {"retry_of": number}
             if frozen.user_attrs.get("is_baseline"):
                 attrs["is_baseline"] = True
             self.study.enqueue_trial(params, user_attrs=attrs)

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from autotune.failpoints import failpoint
 from autotune.secrets import redact
 from autotune.study._optuna_compat import CONSTRAINTS_KEY as _CONSTRAINTS_KEY
-from autotune.study._optuna_compat import storage_of, trial_id_of
+from autotune.study._optuna_compat import storage_of, trial_by_number, trial_id_of
 from autotune.study.objectives import Objective
 from autotune.study.storage import batched_writes
 from autotune.trial.record import SCHEMA_VERSION, TrialOutcome, TrialRecord, zero_phases
@@ -31,7 +31,7 @@ def reused_outcome(
 ) -> TrialOutcome:
     """The outcome of trial ``previous`` (an identical configuration) copied to a new trial:
     nothing is launched; the copy says where it came from (``reused_from``)."""
-    old = study.trials[previous]
+    old = trial_by_number(study, previous)
     attrs = {k: v for k, v in old.user_attrs.items() if k not in ("is_baseline", "retry_of")}
     copied = TrialRecord.from_attrs(attrs, where=f"trial {previous}")
     copied.config = record.config

@@ -98,7 +98,7 @@ class Recovery:
                 trial_id, "reason", "the tuner stopped during this trial; its config is retried"
             )
             storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-            ctx.retry_later(trial)
+            ctx.retry_later(trial.number)
             ctx.progress.message(
                 f"trial #{trial.number} was interrupted earlier; retrying its config"
             )
@@ -144,5 +144,5 @@ class Recovery:
         with deferred_interrupts():
             if not fail_lost_trial(ctx.study, lost, reason=reason):
                 return  # another worker did it first
-            ctx.retry_later(ctx.study.trials[lost.number])
+            ctx.retry_later(lost.number)
         ctx.progress.message(f"trial #{lost.number} failed as worker_lost: {reason}")

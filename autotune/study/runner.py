@@ -425,7 +425,7 @@ class Tuner:
         except HostFailure as exc:
             assert trial is not None  # raised by the pipeline
             fail_trial(self.study, trial, failure=Failure.host_unreachable.value, reason=str(exc))
-            self.ctx.retry_later(trial)
+            self.ctx.retry_later(trial.number)
             raise
         except KeyboardInterrupt:
             if trial is None:  # interrupted before the trial existed
@@ -437,7 +437,7 @@ class Tuner:
                     failure=Failure.interrupted.value,
                     reason="stopped by the user (Ctrl-C/SIGTERM)",
                 )
-                self.ctx.retry_later(trial)
+                self.ctx.retry_later(trial.number)
             self.progress.message(
                 f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
                 "its config will be retried by the next `autotune run`; services are being stopped"
