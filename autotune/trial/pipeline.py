@@ -249,7 +249,9 @@ class TrialPipeline:
             )
         died = self.launcher.check_alive(specs)
         if died is not None:
-            return self._after_fault(specs, record, failure=died.failure, reason=str(died))
+            return self._after_fault(
+                specs, record, failure=died.failure, reason=str(died), died=died
+            )
         phases["warmup"] = result.warmup_seconds
         phases["measure"] = result.measure_seconds
         # A simulated deployment may run faster than the hardware it models: figures are
@@ -340,15 +342,18 @@ class TrialPipeline:
         failure: str,
         reason: str,
         stalled: bool = False,
+        died: LaunchError | None = None,
     ) -> TrialOutcome:
         """A trial that failed after its services were healthy: infeasible with the reason;
         every service is stopped so the next trial starts from fresh processes.
 
         The class comes from a service that died, else from what the live services' logs
         say (an OOM in a worker thread, torch.compile still running when a ``stalled`` load
-        gave up), else it is ``failure``."""
+        gave up), else it is ``failure``. ``died``: the death the caller already found
+        (:meth:`Launcher.check_alive` is not asked twice)."""
         failure = str(failure)
-        died = self.launcher.check_alive(specs)
+        if died is None:
+            died = self.launcher.check_alive(specs)
         if died is not None and failure != died.failure:
             reason = f"{reason}; {died}"
             failure = died.failure
