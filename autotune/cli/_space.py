@@ -52,8 +52,11 @@ def _space_deployments(path: Path, space: Any, deployments: list[Path] | None) -
             continue
         if definition.resolve(definition.space) == target:
             file = definition.resolve(definition.deployment)
-            found.setdefault(shown(file), load_deployment(file))
+            if shown(file) not in found:  # several studies may share one deployment
+                found[shown(file)] = load_deployment(file)
     for file in sorted(Path("launchers").glob("*.yaml")):
+        if shown(file) in found:  # a study's deployment, loaded above
+            continue
         try:
             candidate = load_deployment(file)
         except AutotuneError:
@@ -67,7 +70,7 @@ def _space_deployments(path: Path, space: Any, deployments: list[Path] | None) -
             for name in roles[role]
         ]
         if all(r is not None and r.name == wanted for r, wanted in runs):
-            found.setdefault(shown(file), candidate)
+            found[shown(file)] = candidate
     return found
 
 
