@@ -106,10 +106,11 @@ def _tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 def _fill(disk: Path) -> Path:
     filler = disk / "filler"
-    with open(filler, "wb") as fh, contextlib.suppress(OSError):
+    # Unbuffered: a buffered writer keeps the bytes that did not fit and raises ENOSPC again
+    # when it is closed, outside the suppress (seen once in a clean-clone run).
+    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
         while True:
             fh.write(b"\0" * 65536)
-            fh.flush()
     return filler
 
 
