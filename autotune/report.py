@@ -414,7 +414,7 @@ def _noise(estimates: Sequence[ConfigEstimate], winner: ConfigEstimate | None) -
             "freedom). Configurations are ranked by the lower bound of their 95% confidence "
             "interval.</p>"
         )
-    ranked = sorted(eligible, key=lambda e: (-e.lower, e.trial.number))[:TOP_N]
+    ranked = sorted(eligible, key=lambda e: (-e.lower, -e.mean, e.trial.number))[:TOP_N]
     rows = []
     for e in ranked:
         runs = "; ".join(

@@ -168,8 +168,8 @@ def best_trial(study: optuna.Study) -> TrialResult | None:
     :attr:`ConfigEstimate.lower` (its mean when the study has no repeated measurement, so
     then simply the highest throughput); an early-aborted trial is not a candidate unless
     re-measured, nor is a configuration whose re-measurement failed. Multi-objective studies
-    pick from the feasible Pareto front the same way. Ties go to the lower TPOT p99, then to
-    the earlier trial. ``None`` when no trial qualifies.
+    pick from the feasible Pareto front the same way. Ties go to the higher mean, the lower
+    TPOT p99, then the earlier trial. ``None`` when no trial qualifies.
     """
     best = best_estimate(study)
     return best.trial if best is not None else None
@@ -187,6 +187,7 @@ def best_estimate(study: optuna.Study) -> ConfigEstimate | None:
         estimates,
         key=lambda e: (
             -e.lower,
+            -e.mean,
             e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf,
             e.trial.number,
         ),
@@ -419,8 +420,11 @@ class ConfigEstimate(BaseModel):
     @property
     def lower(self) -> float:
         """The conservative estimate ``best`` ranks by: the lower 95% confidence bound
-        (the mean itself while the noise is unknown)."""
-        return self.mean - (self.half_width or 0.0)
+        (the mean itself while the noise is unknown), never below 0. A bound under zero says
+        only that the noise is larger than the estimate; left negative it would rank a
+        slower configuration above a faster one (the bound of a relative noise falls faster
+        for a larger mean), so such configurations tie at 0 and their means decide."""
+        return max(self.mean - (self.half_width or 0.0), 0.0)
 
     @property
     def remeasured(self) -> int:

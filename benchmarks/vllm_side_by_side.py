@@ -14,7 +14,7 @@ proposal whose result is reused and a forbidden one start nothing and do not cou
 trials run first with re-measurement off, resumed with more ``--trials`` until the launched
 ones reach budget - re-measurements; a last ``autotune run`` with the same target then only
 re-measures. Measured by autotune's load generator (the study's load: C=16, 64-word prompts
-= 64 tokens, 64 output tokens, 16 warm-up + 256 measured requests). Best = ``autotune
+= 64 tokens, 64 output tokens, 32 warm-up + 512 measured requests). Best = ``autotune
 best``'s winner (highest lower 95% bound), reported as the mean of its measurements.
 
 ``sweep``: vLLM's own grid tool, ``vllm bench sweep serve``, over its usual levers,
@@ -24,7 +24,7 @@ rendered baseline command (autotune.render.render of the space's baseline_config
 deployment: the same flags, port and environment, which the sweep passes through ``env``);
 the sweep restarts the server once per combination and runs ``vllm bench serve`` on it
 ``--sweep-runs`` times (the tool's default, 3) with the same load shape: random dataset
-64 in / 64 out, ``--max-concurrency 16 --num-prompts 256 --ignore-eos --num-warmups 16``.
+64 in / 64 out, ``--max-concurrency 16 --num-prompts 512 --ignore-eos --num-warmups 32``.
 After each run it calls ``--after-bench-cmd``: here a POST to ``/reset_prefix_cache``, what
 it does itself for a server started as ``vllm ...`` (this one starts as ``env ... python -m
 ...``, for which it has no default). Restarts = servers it started (``[BEGIN SERVER]`` lines

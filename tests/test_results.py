@@ -15,6 +15,7 @@ from conftest_results import (
 )
 from optuna.trial import TrialState
 
+from autotune import results
 from autotune.errors import StorageError
 from autotune.results import (
     TrialResult,
@@ -338,3 +339,21 @@ def test_re_measurements_are_not_trials(tmp_path: Path) -> None:
     study.set_user_attr(remeasure_key(0, 4), {"repeat": 4})
     with pytest.raises(StorageError, match="remeasure:0:4"):
         load_remeasurements(study)
+
+
+def test_a_bound_below_zero_does_not_rank_the_slower_configuration_first() -> None:
+    """Seen on a real vLLM on 2 busy cores: one re-measured pair 5x apart made the pooled
+    noise larger than every estimate; left negative, the lower bound of the slower trial was
+    the least negative, and it won. Bounds are floored at 0 and the means decide."""
+    from autotune.results import ConfigEstimate
+
+    def est(mean: float, half: float, number: int) -> ConfigEstimate:
+        trial = TrialResult(number=number, state="COMPLETE", values=[mean], feasible=True)
+        return ConfigEstimate(trial=trial, measurements=[], n=1, mean=mean, half_width=half)
+
+    fast, slow = est(4573.0, 38000.0, 2), est(1934.0, 23480.0, 3)
+    assert fast.lower == slow.lower == 0.0
+    study = optuna.create_study(direction="maximize")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(results, "config_estimates", lambda _study: [slow, fast])
+        assert results.best_estimate(study) is fast

@@ -9,7 +9,8 @@ one study, shared by every assertion here. What it must show:
   and its ``vllm:`` counters are stored for the measured phase (exactly the measured tokens);
 * the enqueued configuration (chunked prefill off, a 512-token budget) hits vLLM's real
   start-up refusal, classified ``config_rejected`` from the real log line;
-* the winner is not the baseline and beats it;
+* the winner (the best measured trial: no re-measurement in this short study) is not the
+  baseline and beats it;
 * the exported units pass ``systemd-analyze verify``; the report is written.
 """
 
@@ -91,10 +92,10 @@ def test_the_baseline_is_vllm_as_shipped_measured_and_read_back(tuned: Tuned) ->
         assert flag in command
     assert base["engine_version"] == {"server": "0.32.0"}  # GET /version after the start
     assert base["effective"]["server"] == {"version": "0.32.0"}
-    requests, out_len = 192, 64  # studies/vllm-cpu-smoke.yaml
+    requests, out_len = 320, 64  # studies/vllm-cpu-smoke.yaml
     assert base["metrics"]["completed"] == requests
     counted = base["server_metrics"]["server"]
-    # the window is the measured phase: not the 16 warm-up requests before it
+    # the window is the measured phase: not the 32 warm-up requests before it
     assert counted["generation_tokens"] == requests * out_len
     assert counted["e2e_count"] == counted["ttft_count"] == requests
     assert counted["preemptions"] == 0 and counted["running_max"] <= 16
@@ -113,7 +114,6 @@ def test_the_real_start_up_refusal_is_classified_from_the_real_log(tuned: Tuned)
 
 
 def test_the_winner_beats_vllms_defaults(tuned: Tuned) -> None:
-    assert "winner: trial #" in tuned.run.stdout, tuned.run.stdout
     best = json.loads(tuned.cli("best", "--export", "json").stdout)
     attrs = _attrs(tuned)
     assert not best["is_baseline"], tuned.run.stdout
