@@ -26,7 +26,12 @@ from autotune.engines._prometheus import Scrape, parse, summarize
 
 SCRAPE_TIMEOUT_S = 2.0
 INTERVAL_S = 0.5
-"""Gauges are read twice a second: a measured phase of a few seconds gets several reads."""
+"""Gauges are read at most twice a second: a measured phase of a few seconds gets several."""
+MAX_DUTY = 0.1
+"""At most this share of the window is spent scraping: the next scrape waits 9x as long as the
+last one took. A server busy with the load answers ``/metrics`` slowly (vLLM's API server,
+the bottleneck on 2 cores, took ~1.3 s per scrape at C=16), and back-to-back scrapes would
+take from the measured server the time they measure it with."""
 
 
 @dataclass
@@ -105,13 +110,14 @@ class ServerMetricsWatch:
             for target in self._targets.values():
                 target.before = self._scrape(client, target)
             self._started.set()
-            next_at = time.monotonic() + self._interval_s
-            while not self._stop.wait(max(next_at - time.monotonic(), 0.0)):
+            took = 0.0
+            while not self._stop.wait(max(self._interval_s, took * (1 - MAX_DUTY) / MAX_DUTY)):
+                began = time.monotonic()
                 for target in self._targets.values():
                     scrape = self._scrape(client, target)
                     if scrape is not None:
                         target.during.append(scrape)
-                next_at += self._interval_s
+                took = time.monotonic() - began
 
     def _scrape(self, client: httpx.Client, target: _Target) -> Scrape | None:
         try:

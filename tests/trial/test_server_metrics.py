@@ -4,6 +4,7 @@ to fail a trial."""
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,9 +21,11 @@ class _Metrics(BaseHTTPRequestHandler):
 
     pages: list[bytes] = []
     served = 0
+    delay_s = 0.0
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         cls = type(self)
+        time.sleep(cls.delay_s)
         body = cls.pages[min(cls.served, len(cls.pages) - 1)]
         cls.served += 1
         self.send_response(200)
@@ -87,3 +90,20 @@ def test_a_simulated_server_times_itself_on_the_fast_clock() -> None:
         "decode": {"ttft_mean_s": pytest.approx(0.1), "ttft_count": 8.0, "preemptions": 1.0}
     }
     assert on_modeled_clock(summary, 1.0) is summary
+
+
+def test_a_slow_server_is_scraped_less_often(metrics_url: str) -> None:
+    """A server slow to answer ``/metrics`` (busy with the load) is not scraped back to back:
+    the watch waits 9x the last scrape's time (at most 10% of the window scraping)."""
+    _Metrics.delay_s = 0.1
+    try:
+        with ServerMetricsWatch(
+            {"server": (metrics_url, get_engine("vllm").metrics)}, interval_s=0.01
+        ) as watch:
+            watch.begin()
+            threading.Event().wait(2.0)
+    finally:
+        _Metrics.delay_s = 0.0
+    # back to back: ~20 scrapes in 2 s; with the back-off: one per >= 1 s (0.1 s + 0.9 s)
+    assert 1 <= _Metrics.served - 2 <= 3, _Metrics.served
+    assert watch.summary["server"]["generation_tokens"] == 32 * 64
