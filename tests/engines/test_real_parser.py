@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from collections import defaultdict
@@ -38,14 +37,15 @@ from typing import Any
 
 import pytest
 import yaml
+from space_coverage import covering_configurations
+from space_coverage import same as same_choice
 
 from autotune.deployment import Deployment, load_deployment
 from autotune.errors import ConfigError
 from autotune.render import render
 from autotune.space import SearchSpace, load_space
-from autotune.space.expr import same_value
 from autotune.space.loader import parse_space
-from autotune.space.sampling import grid_values, random_value
+from autotune.space.sampling import grid_values
 from autotune.yamlio import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,46 +171,10 @@ def _study_pairs() -> list[tuple[str, Path, Path]]:
 # --------------------------------------------------------------------------- configurations
 
 
-def _same(a: object, b: object) -> bool:
-    """The same choice: ``True`` is not ``1``, ``8`` is not ``8.0``."""
-    return same_value(a, b) and type(a) is type(b)
-
-
-def _forced(space: SearchSpace, rng: random.Random, name: str, value: object) -> dict | None:
-    """A launchable configuration (no forbidden rule) in which ``name`` is active and
-    ``value``; ``None`` when random fillers for the other parameters find none (a range
-    end behind a gate and a log scale, nccl_min_nchannels=32, takes thousands of draws)."""
-    for _ in range(5000):
-        draw = {p.name: random_value(rng, p) for p in space.sampled_params}
-        draw[name] = value  # type: ignore[assignment]
-        config = space.complete(draw)
-        if name in config and _same(config[name], value) and not space.violations(config):
-            return dict(config)
-    return None
-
-
 def configurations(space: SearchSpace) -> list[tuple[str, dict[str, Any]]]:
-    """(label, config): the baseline, SAMPLES seeded random launchable configurations, then
-    one more for every categorical/bool choice and numeric range end none of them reached."""
-    rng = random.Random(f"{space.name}/{SEED}")
-    out: list[tuple[str, dict[str, Any]]] = []
-    if space.has_baseline:
-        out.append(("baseline", dict(space.baseline_config())))
-    for i in range(SAMPLES):
-        out.append((f"sample {i}", dict(space.random_config(rng, avoid_forbidden=True))))
-    for param in space.sampled_params:
-        wanted = (
-            list(param.choices)
-            if param.choices is not None
-            else [param.normalize(v) for v in grid_values(param, levels=2)]
-        )
-        for value in wanted:
-            if any(_same(config.get(param.name), value) for _, config in out):
-                continue
-            config = _forced(space, rng, param.name, value)
-            if config is not None:
-                out.append((f"{param.name}={value!r}", config))
-    return out
+    """The baseline, SAMPLES seeded launchable configurations and one more for every choice
+    and range end none of them reached (:mod:`space_coverage`)."""
+    return covering_configurations(space, seed=SEED, samples=SAMPLES)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -494,7 +458,7 @@ def test_every_choice_is_rendered(checked: Checked) -> None:
                 else [param.normalize(v) for v in grid_values(param, levels=2)]
             )
             for value in wanted:
-                if not any(_same(config.get(param.name), value) for _, config in configs):
+                if not any(same_choice(config.get(param.name), value) for _, config in configs):
                     missing.append(f"{param.name}={value!r}")
         assert not missing, f"{space_path.name}: never rendered: {', '.join(missing)}"
 

@@ -25,7 +25,6 @@ then under ``AUTOTUNE_REQUIRE_ENGINES=1`` (tests/engines/conftest.py).
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +32,13 @@ from typing import Any
 
 import pytest
 import yaml
+from space_coverage import covering_configurations, same
 
 from autotune.deployment import load_deployment
 from autotune.engines import get_engine
 from autotune.render import render
 from autotune.space import SearchSpace, load_space
-from autotune.space.expr import same_value
 from autotune.space.model import EnvTarget
-from autotune.space.sampling import grid_values, random_value
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -53,12 +51,8 @@ CPU_SPACE = ROOT / "search_spaces" / "vllm-cpu.yaml"
 GPU_SPACE = ROOT / "search_spaces" / "vllm-gpu.yaml"
 
 
-def _same(a: object, b: object) -> bool:
-    return same_value(a, b) and type(a) is type(b)
-
-
 def _exact(value: Any) -> Callable[[Any], bool]:
-    return lambda parsed: _same(parsed, value)
+    return lambda parsed: same(parsed, value)
 
 
 def _inactive_or(default: Any, convert: Callable[[Any], Any] = lambda v: v) -> Any:
@@ -72,7 +66,7 @@ class Expect:
 
     dest: str
     expected: Callable[[Any], Any] = lambda value: value
-    check: Callable[[Any, Any], bool] = lambda parsed, want: _same(parsed, want)
+    check: Callable[[Any, Any], bool] = lambda parsed, want: same(parsed, want)
 
 
 def _sub(key: str) -> Callable[[Any, Any], bool]:
@@ -162,36 +156,18 @@ def deployments_for(space: Path) -> list[Path]:
     """The test deployment, and for the CPU space every bundled launcher running the server."""
     found = [TEST_DEPLOYMENT]
     if space == CPU_SPACE:
-        found += [p for p in sorted((ROOT / "launchers").glob("*.yaml")) if _runs_api_server(p)]
+        found += [
+            p
+            for p in sorted((ROOT / "launchers").glob("*.yaml"))
+            if _runs_api_server(p) and p != TEST_DEPLOYMENT
+        ]
     return found
 
 
 def configurations(space: SearchSpace) -> list[tuple[str, dict[str, Any]]]:
-    """(label, config): the baseline, SAMPLES seeded random ones, then one for each choice and
-    range end none of them reached."""
-    rng = random.Random(f"{space.name}/{SEED}")
-    out: list[tuple[str, dict[str, Any]]] = [("baseline", dict(space.baseline_config()))]
-    out += [
-        (f"sample {i}", dict(space.random_config(rng, avoid_forbidden=True)))
-        for i in range(SAMPLES)
-    ]
-    for param in space.sampled_params:
-        wanted = (
-            list(param.choices)
-            if param.choices is not None
-            else [param.normalize(v) for v in grid_values(param, levels=2)]
-        )
-        for value in wanted:
-            if any(_same(config.get(param.name), value) for _, config in out):
-                continue
-            for _ in range(2000):
-                draw = {p.name: random_value(rng, p) for p in space.sampled_params}
-                draw[param.name] = value
-                config = space.complete(draw)
-                if _same(config.get(param.name), value) and not space.violations(config):
-                    out.append((f"{param.name}={value!r}", dict(config)))
-                    break
-    return out
+    """The baseline, SAMPLES seeded launchable configurations and one more for every choice
+    and range end none of them reached (:mod:`space_coverage`)."""
+    return covering_configurations(space, seed=SEED, samples=SAMPLES)
 
 
 @dataclass
@@ -255,8 +231,8 @@ def _parse_all(engine_envs: Any, run: SpaceRun) -> None:
     python = engine_envs.ensure("vllm", run.version)
     verdicts = engine_envs.run_dumper(python, "parse", "vllm", {"commands": argvs, "values": dests})
     assert len(verdicts) == len(argvs)
-    for same, verdict in zip(unique.values(), verdicts, strict=False):
-        for command in same:
+    for alike, verdict in zip(unique.values(), verdicts, strict=False):
+        for command in alike:
             command.verdict = verdict
     run.controls = dict(zip(controls, verdicts[len(unique) :], strict=True))
 
@@ -342,7 +318,7 @@ def test_variables_are_rendered_and_known_to_vllm(name: str, runs: dict[str, Spa
             assert not engine.check_env(target.env), f"{target.env} unknown to vllm {run.version}"
         for command in run.commands:
             value = command.config.get(param.name)
-            if value is None or _same(value, target.unset_value):
+            if value is None or same(value, target.unset_value):
                 assert target.env not in command.env, (param.name, _show(command))
                 continue
             if isinstance(value, bool):
