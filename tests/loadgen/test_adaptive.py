@@ -92,7 +92,11 @@ def test_abort_if_cuts_the_measure_phase(fake_server: FakeServer) -> None:
     assert result.stop_reason.startswith("aborted: below incumbent")
     assert seen and all(e.elapsed_s >= 0.3 for e in seen)  # never before min_duration_s
     assert 0.3 <= result.measure_seconds < 0.9
-    assert result.metrics.completed == seen[-1].completed > 0  # in-flight ones dropped
+    # In-flight requests are dropped: what is kept is what the last estimate saw, plus at
+    # most one round of C=4 that finished between that tick and the cancellation (a busy
+    # machine delays the cancel: 48 seen, 52 kept in a clean-clone run).
+    assert seen[-1].completed > 0
+    assert seen[-1].completed <= result.metrics.completed <= seen[-1].completed + 4
     assert all(r.ok for r in result.records)
 
 
