@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune.space import SearchSpace
 from autotune.space.expr import same_value
+from autotune.space.params import ParamInfo
 from autotune.space.sampling import grid_values, random_value
 
 FORCE_TRIES = 5000
@@ -23,6 +24,13 @@ FORCE_TRIES = 5000
 def same(a: object, b: object) -> bool:
     """Equal and of the same type (True is not 1 here: a flag value must be what was asked)."""
     return same_value(a, b) and type(a) is type(b)
+
+
+def wanted_values(param: ParamInfo) -> list[Any]:
+    """Every choice of a categorical/bool parameter, or both ends of a numeric range."""
+    if param.choices is not None:
+        return list(param.choices)
+    return [param.normalize(v) for v in grid_values(param, levels=2)]
 
 
 def forced(space: SearchSpace, rng: random.Random, name: str, value: object) -> dict | None:
@@ -49,12 +57,7 @@ def covering_configurations(
     for i in range(samples):
         out.append((f"sample {i}", dict(space.random_config(rng, avoid_forbidden=True))))
     for param in space.sampled_params:
-        wanted = (
-            list(param.choices)
-            if param.choices is not None
-            else [param.normalize(v) for v in grid_values(param, levels=2)]
-        )
-        for value in wanted:
+        for value in wanted_values(param):
             if any(same(config.get(param.name), value) for _, config in out):
                 continue
             config = forced(space, rng, param.name, value)

@@ -54,10 +54,9 @@ class ServerMetricsWatch:
         interval_s: float = INTERVAL_S,
         timeout_s: float = SCRAPE_TIMEOUT_S,
     ) -> None:
+        named = {name: (url, metrics.names()) for name, (url, metrics) in targets.items()}
         self._targets = {
-            name: _Target(url=url, names=metrics.names())
-            for name, (url, metrics) in targets.items()
-            if metrics.names()
+            name: _Target(url=url, names=names) for name, (url, names) in named.items() if names
         }
         self._interval_s = interval_s
         self._timeout = httpx.Timeout(timeout_s)

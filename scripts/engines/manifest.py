@@ -158,14 +158,19 @@ def _install_overlay(engine: str, version: str, overlay: Overlay, target: Path) 
     base_python = install(*overlay.base, target.parent / f"{overlay.base[0]}-{overlay.base[1]}")
     python = target / "bin" / "python"
     stamp = target / ".autotune-engine"
-    wanted = json.dumps({"engine": engine, "version": version, "overlay": repr(overlay)})
+    # The base's real path, in the .pth and in the stamp: an overlay built through a path that
+    # later went away (a symlinked checkout) would otherwise keep pointing there, stamp intact,
+    # and lose torch.
+    base_site = _site_packages(base_python).resolve()
+    wanted = json.dumps(
+        {"engine": engine, "version": version, "overlay": repr(overlay), "base": str(base_site)}
+    )
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
     # The base's interpreter, so that compiled dependencies of the base fit.
     subprocess.run(
         [str(base_python), "-m", "venv", "--clear", "--without-pip", str(target)], check=True
     )
-    base_site = _site_packages(base_python)
     own_site = _site_packages(python)
     # addsitedir (not a bare path line) so that the base's own .pth files are processed too;
     # it appends, so the overlay's packages come first.

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 import yaml
-from space_coverage import covering_configurations
+from space_coverage import covering_configurations, wanted_values
 from space_coverage import same as same_choice
 
 from autotune.deployment import Deployment, load_deployment
@@ -45,7 +45,6 @@ from autotune.errors import ConfigError
 from autotune.render import render
 from autotune.space import SearchSpace, load_space
 from autotune.space.loader import parse_space
-from autotune.space.sampling import grid_values
 from autotune.yamlio import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -452,12 +451,7 @@ def test_every_choice_is_rendered(checked: Checked) -> None:
         configs = checked.configs[space_path]
         missing = []
         for param in space.sampled_params:
-            wanted = (
-                list(param.choices)
-                if param.choices is not None
-                else [param.normalize(v) for v in grid_values(param, levels=2)]
-            )
-            for value in wanted:
+            for value in wanted_values(param):
                 if not any(same_choice(config.get(param.name), value) for _, config in configs):
                     missing.append(f"{param.name}={value!r}")
         assert not missing, f"{space_path.name}: never rendered: {', '.join(missing)}"
