@@ -22,6 +22,12 @@ Surfaces:
 * ``gemm-kernel`` and ``vllm-serving``: ``benchmarks/surfaces/*.py`` + ``*.yaml``, synthetic
   surfaces with interacting and conditional parameters and crash regions, optimum by
   exhaustive enumeration.
+* ``gen-<level>-<seed>`` (level ``easy``, ``medium``, ``hard`` or the ``heldout`` preset,
+  optionally ``-up<k>`` engine upgrades): seeded generated surfaces,
+  ``benchmarks/surfaces/generated.py``, with their exact optimum, needle fraction (share of
+  random configurations within 5% of the optimum) and own heteroscedastic noise model
+  (``--surface-noise``). ``--surfaces family:30`` is ``generated.family(30)``: ten of each
+  level (``family:N:FIRST`` starts the seeds at FIRST).
 
 Reported per surface and sampler, over the seeds: trials (and launches) to reach 90/95/99%
 of the optimum (median [IQR] min-max; a seed that never got there counts as budget + 1,
@@ -39,6 +45,8 @@ three surfaces, two processes)::
     .venv/bin/python benchmarks/sample_efficiency.py --json reports/sample_efficiency.json
     .venv/bin/python benchmarks/sample_efficiency.py --samplers tpe,random --seeds 3 \
         --trials 100 --surfaces dsv4-sim
+    .venv/bin/python benchmarks/sample_efficiency.py --samplers tpe,random --seeds 5 \
+        --trials 100 --surfaces family:30 --surface-noise
 """
 
 from __future__ import annotations
@@ -119,6 +127,13 @@ class Surface:
     description: str = ""
     fast_evaluate: Callable[[TrialConfig], Launch] | None = None
     """Same answers as ``evaluate``, faster (``random_odds`` draws tens of thousands)."""
+    noise_sigma: Callable[[TrialConfig], float] | None = None
+    """The surface's own lognormal sigma per configuration (generated surfaces; used with
+    ``run_one(surface_noise=True)``)."""
+    level: str | None = None
+    """Difficulty level of a generated surface."""
+    needle_fraction: float | None = None
+    """Exact share of random configurations within 5% of the optimum (generated)."""
 
 
 def _server_config(spec_argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
@@ -268,10 +283,62 @@ def _synthetic_surface(name: str, objective_kind: str) -> Surface:
     )
 
 
+@lru_cache(maxsize=1)
+def generated_module() -> ModuleType:
+    """``benchmarks/surfaces/generated.py``, loaded once (its classes stay the same)."""
+    return _load_module("generated")
+
+
+@lru_cache(maxsize=128)
+def _generated(name: str) -> Any:
+    return generated_module().by_name(name)
+
+
+def _generated_surface(name: str, objective_kind: str) -> Surface:
+    gen = _generated(name)
+
+    def evaluate(config: TrialConfig) -> Launch:
+        result = gen.evaluate(config)
+        if result.failure is not None:
+            return Launch(failure=result.failure, reason=result.reason)
+        return Launch(throughput=result.value, tpot_ms=result.latency_ms)
+
+    return Surface(
+        name=name,
+        space=gen.space,
+        objective=Objective(kind=objective_kind, slo=SLOSettings()),
+        evaluate=evaluate,
+        optimum=gen.optimum,
+        optimum_config=dict(gen.optimum_config),
+        description=gen.description,
+        noise_sigma=gen.noise_sigma,
+        level=gen.level,
+        needle_fraction=gen.needle_fraction,
+    )
+
+
+def expand_surfaces(names: Sequence[str]) -> list[str]:
+    """Surface names with ``family:N`` (``family:N:FIRST``) replaced by the family's
+    generated names."""
+    out: list[str] = []
+    for name in names:
+        if name.startswith("family:"):
+            parts = name.split(":")
+            if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[1:]):
+                raise SystemExit(f"bad surface {name!r}: family:N or family:N:FIRST")
+            first = int(parts[2]) if len(parts) == 3 else 0
+            out += generated_module().family_names(int(parts[1]), first_seed=first)
+        else:
+            out.append(name)
+    return out
+
+
 def load_surface(name: str, *, objective: str = "throughput") -> Surface:
     """A surface by name; ``objective`` as in a study file."""
     if name == "dsv4-sim":
         return _sim_surface(objective)
+    if name.startswith("gen-"):
+        return _generated_surface(name, objective)
     return _synthetic_surface(name, objective)
 
 
@@ -363,9 +430,14 @@ def run_one(
     trials: int,
     *,
     noise: float = 0.0,
+    surface_noise: bool = False,
     factory: SamplerFactory | None = None,
 ) -> Run:
-    """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial)."""
+    """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial).
+
+    ``noise`` is the lognormal sigma of every measurement; with ``surface_noise`` a surface
+    that has its own noise model (``Surface.noise_sigma``, generated surfaces) uses that
+    per configuration instead."""
     started = time.perf_counter()
     objective = surface.objective
     space = surface.space
@@ -432,8 +504,11 @@ def run_one(
             else:
                 true_value = launch.throughput
                 metrics = _metrics(launch)
-                if noise > 0:
-                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, noise))
+                sigma = noise
+                if surface_noise and surface.noise_sigma is not None:
+                    sigma = surface.noise_sigma(config)
+                if sigma > 0:
+                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, sigma))
                 attrs["phase_seconds"]["restart"] = 1.0
                 outcome = TrialOutcome(
                     values=objective.values(metrics),
@@ -578,12 +653,13 @@ def random_odds(surface: Surface, *, draws: int, seed: int = 0) -> dict[str, flo
 # ---------------------------------------------------------------------------- driver
 
 
-def _task(args: tuple[str, str, int, int, float, str]) -> dict[str, Any]:
-    surface_name, sampler, seed, trials, noise, objective = args
+def _task(args: tuple[str, str, int, int, float, str, bool]) -> dict[str, Any]:
+    surface_name, sampler, seed, trials, noise, objective, surface_noise = args
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     surface = load_surface(surface_name, objective=objective)
-    return dataclasses.asdict(run_one(surface, sampler, seed, trials, noise=noise))
+    run = run_one(surface, sampler, seed, trials, noise=noise, surface_noise=surface_noise)
+    return dataclasses.asdict(run)
 
 
 def run_all(
@@ -593,6 +669,7 @@ def run_all(
     trials: int,
     *,
     noise: float = 0.0,
+    surface_noise: bool = False,
     objective: str = "throughput",
     workers: int = 1,
 ) -> dict[str, dict[str, list[Run]]]:
@@ -600,7 +677,10 @@ def run_all(
     for name in surfaces:  # optima once, in the parent (forked workers inherit the caches)
         load_surface(name, objective=objective)
     tasks = [
-        (s, p, seed, trials, noise, objective) for s in surfaces for p in samplers for seed in seeds
+        (s, p, seed, trials, noise, objective, surface_noise)
+        for s in surfaces
+        for p in samplers
+        for seed in seeds
     ]
     tasks.sort(key=lambda t: t[1] not in ("tpe", PLAIN_TPE, "nsga2"))  # slow ones first
     if workers > 1:
@@ -625,13 +705,15 @@ def build_report(
     noise: float,
     objective: str,
     odds_draws: int,
+    surface_noise: bool = False,
 ) -> dict[str, Any]:
     """Everything ``--json`` writes: per surface, the optimum, random search's odds and the
-    summary of every sampler."""
+    summary of every sampler (and, for generated surfaces, the level and needle fraction)."""
     report: dict[str, Any] = {
         "trials": trials,
         "seeds": list(seeds),
         "noise": noise,
+        "surface_noise": surface_noise,
         "objective": objective,
         "surfaces": {},
     }
@@ -641,6 +723,8 @@ def build_report(
             "optimum": surface.optimum,
             "optimum_config": surface.optimum_config,
             "description": surface.description,
+            "level": surface.level,
+            "needle_fraction": surface.needle_fraction,
             "random_odds": random_odds(surface, draws=odds_draws) if odds_draws else {},
             "samplers": {s: summarize(rs, surface.optimum) for s, rs in by_sampler.items() if rs},
         }
@@ -663,7 +747,12 @@ def markdown(report: Mapping[str, Any]) -> str:
     marks = [n for n in CHECKPOINTS if n <= budget]
     lines: list[str] = []
     for name, info in report["surfaces"].items():
-        lines += [f"#### {name}: optimum {info['optimum']:,.1f} ({info['description']})", ""]
+        about = info["description"]
+        if info.get("level") is not None:
+            about = (
+                f"{info['level']}, needle fraction {100 * info['needle_fraction']:.3g}%: " + about
+            )
+        lines += [f"#### {name}: optimum {info['optimum']:,.1f} ({about})", ""]
         lines += [
             "| sampler | trials to 90% | trials to 95% | trials to 99% | launches to 95% |",
             "|---|---|---|---|---|",
@@ -742,13 +831,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--surfaces", default=",".join(ALL_SURFACES))
     parser.add_argument("--noise", type=float, default=0.0, help="lognormal sigma on the score")
+    parser.add_argument(
+        "--surface-noise",
+        action="store_true",
+        help="generated surfaces use their own per-configuration sigma instead of --noise",
+    )
     parser.add_argument("--objective", default="throughput", choices=OBJECTIVES)
     parser.add_argument("--odds-draws", type=int, default=20000, help="random search odds")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     args = parser.parse_args(argv)
     samplers = [s for s in args.samplers.split(",") if s]
-    surfaces = [s for s in args.surfaces.split(",") if s]
+    surfaces = expand_surfaces([s for s in args.surfaces.split(",") if s])
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.perf_counter()
     runs = run_all(
@@ -757,6 +851,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds,
         args.trials,
         noise=args.noise,
+        surface_noise=args.surface_noise,
         objective=args.objective,
         workers=args.workers,
     )
@@ -767,6 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         noise=args.noise,
         objective=args.objective,
         odds_draws=args.odds_draws,
+        surface_noise=args.surface_noise,
     )
     report["wall_seconds"] = time.perf_counter() - started
     report["command"] = " ".join(["benchmarks/sample_efficiency.py", *(argv or sys.argv[1:])])
