@@ -32,6 +32,7 @@ from autotune.failures import Failure
 from autotune.results import dominates, feasible
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.definition import SAMPLERS
+from autotune.study.screening import PairKey, pair_scores
 
 _QUIET_INDEPENDENT: dict[str, Any] = (
     {"warn_independent_sampling": False}
@@ -51,6 +52,10 @@ LEVERS_MOVED = ((1, 0.5), (2, 0.3), (3, 0.2))
 the incumbent has been tried)."""
 MAX_MOVE_TRIES = 32
 """Random moves drawn before giving the trial to TPE (all tried already or crash-like)."""
+PAIR_EVIDENCE = 0.02
+"""Two categorical levers are moved together when their trials beat the main-effects model
+by this much on the log scale (2%; :mod:`autotune.study.screening`), or when each mattered
+alone; other pairs are left to the random multi-lever moves."""
 MOVE_ATTR = "autotune:local_move"
 """Trial system attribute of a single-lever move: [lever, number of the trial it moved from]."""
 FLAT = 0.005
@@ -89,8 +94,9 @@ class LocalTPESampler(BaseSampler):
     trial is, with probability ``local_share``, a local move from the best feasible trial
     (a random Pareto-optimal one with several objectives), in this order: switch a two-way
     lever, another choice of a categorical one, a number 1/8 or 1/4 of its range away, two
-    two-way levers that each mattered alone (an interaction such as CUDA graphs + static
-    attention splits), levers already seen to change nothing; then random 1-3 lever moves.
+    categorical levers at once (an interaction such as CUDA graphs + static attention
+    splits; the pairs whose trials beat a main-effects model first), levers already seen to
+    change nothing; then random 1-3 lever moves.
     Levers that a move switches on (conditional parameters) are drawn by TPE.
 
     Crash-aware: a move is skipped when it was tried, when it repeats a change that made a
@@ -220,7 +226,8 @@ class LocalTPESampler(BaseSampler):
         patterns = _crash_patterns(best, trials, failed)
         signatures = _failure_signatures(trials, failed)
         gates = _gates(trials)
-        for lever, params in _lever_moves(best, rng, _lever_effects(trials, failed)):
+        scores = _pair_scores(study, trials, failed)
+        for lever, params in _lever_moves(best, rng, _lever_effects(trials, failed), scores):
             params = _active(params, gates)
             if tried.covers(params):
                 continue
@@ -254,6 +261,24 @@ class LocalTPESampler(BaseSampler):
                 continue
             return _current(best, trials), params
         return None
+
+
+def _pair_scores(study: Study, trials: list[FrozenTrial], failed: set[int]) -> dict[PairKey, float]:
+    """:func:`autotune.study.screening.pair_scores` of the feasible trials (one objective)."""
+    if len(study.directions) != 1:
+        return {}
+    sign = 1.0 if study.directions[0] == StudyDirection.MAXIMIZE else -1.0
+    distributions: dict[str, BaseDistribution] = {}
+    observations = []
+    for t in trials:
+        if t.number in failed or not t.params or t.values is None:
+            continue
+        distributions.update(t.distributions)
+        value = t.values[0]
+        if sign < 0:
+            value = 1.0 / value if value > 0 else math.inf
+        observations.append((t.params, value))
+    return pair_scores(observations, distributions)
 
 
 def _current(best: FrozenTrial, trials: list[FrozenTrial]) -> dict[str, BaseDistribution]:
@@ -377,14 +402,20 @@ def _two_way(dist: BaseDistribution | None) -> bool:
 
 
 def _lever_moves(
-    best: FrozenTrial, rng: np.random.Generator, effects: Mapping[str, float]
+    best: FrozenTrial,
+    rng: np.random.Generator,
+    effects: Mapping[str, float],
+    scores: Mapping[PairKey, float],
 ) -> Iterator[tuple[str | None, dict[str, Any]]]:
     """Changes of ``best`` in the order worth trying: (lever moved alone or None, params).
 
     Switches of a two-way lever first; then the other choices; then numbers 1/8 and 1/4 of
-    their range away; then both of two two-way levers that each mattered alone (an
-    interaction: CUDA graphs pay only with static attention splits); levers seen to be flat
-    (every single move changed less than 0.5%) last. Random order within a class.
+    their range away; then two categorical levers at once (an interaction: CUDA graphs pay
+    only with static attention splits, a kernel only with one protocol), the pairs whose
+    trials beat the main-effects model first (``scores``, :mod:`autotune.study.screening`),
+    with two two-way levers that each mattered alone counted as such evidence; levers seen
+    to be flat (every single move changed less than 0.5%) last. Random order within the
+    other classes.
     """
     flat = {lever for lever, change in effects.items() if change < FLAT}
     sensitive = sorted(
@@ -405,14 +436,26 @@ def _lever_moves(
             value = _shift(dist, current, delta)
             if value != current:
                 classes[4 if name in flat else 2].append((name, {**best.params, name: value}))
-    for i, a in enumerate(sensitive):
-        for b in sensitive[i + 1 :]:
+    categorical = sorted(
+        name
+        for name, dist in best.distributions.items()
+        if isinstance(dist, CategoricalDistribution) and name not in flat
+    )
+    pairs: list[tuple[float, float, dict[str, Any]]] = []
+    for i, a in enumerate(categorical):
+        for b in categorical[i + 1 :]:
             for va in best.distributions[a].choices:  # type: ignore[attr-defined]
                 for vb in best.distributions[b].choices:  # type: ignore[attr-defined]
                     if va != best.params.get(a) and vb != best.params.get(b):
-                        classes[3].append((None, {**best.params, a: va, b: vb}))
-    for moves in classes:
-        for i in rng.permutation(len(moves)):
+                        score = scores.get((a, va, b, vb), 0.0)
+                        if a in sensitive and b in sensitive:
+                            score = max(score, SENSITIVE)
+                        pairs.append((score, float(rng.random()), {**best.params, a: va, b: vb}))
+    pairs.sort(key=lambda p: (-p[0], p[1]))
+    classes[3] = [(None, p) for score, _, p in pairs if score >= PAIR_EVIDENCE]
+    for rank, moves in enumerate(classes):
+        order = range(len(moves)) if rank == 3 else rng.permutation(len(moves))
+        for i in order:
             yield moves[int(i)]
 
 
