@@ -6,6 +6,13 @@ STAMP  := $(VENV)/.installed
 TRIALS ?= 200
 STUDY  ?= dsv4-flash-sim
 
+# torch for the gp sampler (autotune[gp], in .[dev]), installed first: its CPU build, from
+# this machine's /opt/wheels (pip's find-links). Left to `pip install -e '.[dev]'`, torch>=2.1
+# resolves to the newest CUDA build (2.14.1 here: 3 GB of wheels with its CUDA libraries,
+# some from PyPI). Elsewhere:
+# make TORCH='torch --index-url https://download.pytorch.org/whl/cpu'
+TORCH ?= torch==2.13.0+cpu
+
 VLLM_ENV    := .venv-engines/vllm-0.32.0
 VLLM_TRIALS ?= 30
 
@@ -14,6 +21,7 @@ VLLM_TRIALS ?= 30
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

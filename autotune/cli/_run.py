@@ -37,7 +37,9 @@ def run(
         None, "--study-file", help="Study definition (default studies/NAME.yaml)."
     ),
     sampler: str | None = typer.Option(
-        None, "--sampler", help="tpe (default), random, grid, qmc, nsga2."
+        None,
+        "--sampler",
+        help="tpe (default), random, grid, qmc, nsga2; gp, catcma, rfbo with their extras.",
     ),
     seed: int | None = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Sampler seed."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),

@@ -18,7 +18,8 @@ from autotune.loadgen.spec import LoadSpec
 from autotune.space.model import Scalar
 from autotune.yamlio import load_model, one_line
 
-SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2")
+SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo")
+"""``gp``, ``catcma`` and ``rfbo`` need an optional extra (autotune/study/extra_samplers.py)."""
 OBJECTIVES = ("throughput", "throughput_vs_tpot")
 MAX_SEED = 2**32 - 1
 """Optuna's samplers seed numpy, which takes 0 .. 2**32 - 1."""
@@ -136,7 +137,7 @@ class StudyDefinition(BaseModel):
     space: FilePath
     deployment: FilePath
     objective: Literal["throughput", "throughput_vs_tpot"] = "throughput"
-    sampler: Literal["tpe", "random", "grid", "qmc", "nsga2"] = "tpe"
+    sampler: Literal["tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo"] = "tpe"
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     load: LoadSpec = Field(default_factory=LoadSpec)  # type: ignore[arg-type]
     """The load each trial is scored at (DOMAIN.md §3): the load generator's own spec. What

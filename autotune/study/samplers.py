@@ -737,7 +737,8 @@ def make_sampler(
     because the space is conditional (speculative steps exist only with EAGLE), constant
     liar so parallel workers spread out, plus crash-aware local moves around the best
     trial; with several objectives the moves start from Pareto-optimal trials. ``grid`` is
-    :class:`RandomOrderGridSampler` over ``grid``.
+    :class:`RandomOrderGridSampler` over ``grid``. ``gp`` (Optuna's GPSampler), ``catcma``
+    and ``rfbo`` (random-forest BO) need an extra each (``autotune/study/extra_samplers.py``).
     """
     if name == "tpe":
         return LocalTPESampler(seed=seed)
@@ -753,4 +754,8 @@ def make_sampler(
         return optuna.samplers.QMCSampler(seed=seed, scramble=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
+    if name in ("gp", "catcma", "rfbo"):  # optional extras, imported only when chosen
+        from autotune.study.extra_samplers import make_extra_sampler
+
+        return make_extra_sampler(name, seed=seed, multi_objective=multi_objective)
     raise ConfigError(f"unknown sampler {name!r}", field="--sampler", allowed=SAMPLERS)

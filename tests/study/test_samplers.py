@@ -5,6 +5,7 @@ on the bundled deployment's performance model (benchmarks/sample_efficiency.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
 import sys
 import warnings
@@ -52,7 +53,13 @@ def harness() -> ModuleType:
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_every_name_builds(name: str) -> None:
     space = load_space(SPACE)
-    sampler = make_sampler(name, seed=1, grid=space.grid() if name == "grid" else None)
+    try:
+        sampler = make_sampler(name, seed=1, grid=space.grid() if name == "grid" else None)
+    except ConfigError as exc:  # gp, catcma, rfbo without their extra (make test has them)
+        required = os.environ.get("AUTOTUNE_REQUIRE_ENGINES", "").strip().lower()
+        if "pip install 'autotune[" not in str(exc) or required not in ("", "0", "false", "no"):
+            raise
+        pytest.skip(str(exc))
     assert isinstance(sampler, optuna.samplers.BaseSampler)
 
 
