@@ -119,6 +119,9 @@ class Surface:
     description: str = ""
     fast_evaluate: Callable[[TrialConfig], Launch] | None = None
     """Same answers as ``evaluate``, faster (``random_odds`` draws tens of thousands)."""
+    noise_sigma: Callable[[TrialConfig], float] | None = None
+    """The surface's own run-to-run noise of a configuration (lognormal sigma), when its
+    module defines ``noise_sigma(config)``; ``run_one(sigma=...)`` applies it."""
 
 
 def _server_config(spec_argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
@@ -265,6 +268,7 @@ def _synthetic_surface(name: str, objective_kind: str) -> Surface:
         optimum=value,
         optimum_config=config,
         description=module.__doc__.strip().splitlines()[0] if module.__doc__ else "",
+        noise_sigma=getattr(module, "noise_sigma", None),
     )
 
 
@@ -331,6 +335,8 @@ class Run:
     sampler_ms: list[float] = field(default_factory=list)  # ask + suggest
     known_cause: list[bool] = field(default_factory=list)  # crashed the way an earlier one did
     near_crash: list[bool] = field(default_factory=list)  # ... within NEAR levers of it
+    observed: list[float] = field(default_factory=list)  # what a launch measured (0: none)
+    sigmas: list[float] = field(default_factory=list)  # noise of a launch's measurement
     forbidden_launched: int = 0
     seconds: float = 0.0
 
@@ -363,9 +369,13 @@ def run_one(
     trials: int,
     *,
     noise: float = 0.0,
+    sigma: Callable[[TrialConfig], float] | None = None,
     factory: SamplerFactory | None = None,
 ) -> Run:
-    """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial)."""
+    """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial).
+
+    A launch measures its true value x lognormal noise of sigma ``noise``, or of
+    ``sigma(config)`` when given (a surface's heteroscedastic ``noise_sigma``)."""
     started = time.perf_counter()
     objective = surface.objective
     space = surface.space
@@ -402,7 +412,7 @@ def run_one(
         key = space.config_key(config)
         violations = space.violations(config)
         near = False
-        true_value = 0.0
+        true_value = observed_value = sd = 0.0
         failure: str | None = None
         if violations:  # runner step 2: never launched, infeasible
             kind = "forbidden"
@@ -432,8 +442,10 @@ def run_one(
             else:
                 true_value = launch.throughput
                 metrics = _metrics(launch)
-                if noise > 0:
-                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, noise))
+                sd = sigma(config) if sigma is not None else noise
+                if sd > 0:
+                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, sd))
+                observed_value = float(metrics["output_throughput"])
                 attrs["phase_seconds"]["restart"] = 1.0
                 outcome = TrialOutcome(
                     values=objective.values(metrics),
@@ -454,6 +466,8 @@ def run_one(
         run.incumbent.append(best_true)
         run.known_cause.append(kind != "forbidden" and failure is not None and seen_before)
         run.near_crash.append(near)
+        run.observed.append(observed_value)
+        run.sigmas.append(sd)
     run.forbidden_launched = sum(1 for c in launched if space.violations(c))
     run.seconds = time.perf_counter() - started
     return run
