@@ -11,14 +11,18 @@ average out within a run). The best single-run figure of a study is therefore bi
 often not the best configuration. So the winner is picked per configuration from all its
 measurements (the trial plus its re-measurements, stored as study attributes
 ``remeasure:N:R``) by a lower 95% confidence bound (:class:`ConfigEstimate`), with the
-study's run-to-run noise pooled over every configuration measured more than once.
+study's run-to-run noise pooled over every configuration measured more than once. The
+re-measure phase's race (``autotune.study.race``) works on the same intervals and the same
+candidates (:func:`winner_candidates`), so the configuration it leaves in front is the one
+:func:`best_estimate` picks.
 
-Why one module of ~520 lines: the readers (best, Pareto front, estimates with their
+Why one module of ~640 lines: the readers (best, Pareto front, estimates with their
 confidence intervals) rank the same trials by the same rules; one module keeps one rule.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -177,21 +181,50 @@ def best_trial(study: optuna.Study) -> TrialResult | None:
 
 def best_estimate(study: optuna.Study) -> ConfigEstimate | None:
     """The winning configuration's estimate (see :func:`best_trial`)."""
-    estimates = [e for e in config_estimates(study) if e.eligible]
+    ranked = winner_candidates(study)
+    return ranked[0] if ranked else None
+
+
+def winner_candidates(
+    study: optuna.Study, estimates: Sequence[ConfigEstimate] | None = None
+) -> list[ConfigEstimate]:
+    """The configurations :func:`best_estimate` chooses from, best first, one per distinct
+    configuration: eligible estimates (on the feasible Pareto front in a multi-objective
+    study) ranked by the lower bound, then the mean, the lower TPOT p99, the earlier trial.
+
+    The re-measurement race (``autotune.study.race``) races exactly these, in this order,
+    so the configuration it leaves in front is the one ``best`` reports. ``estimates``:
+    :func:`config_estimates` of the study, when the caller has read them already.
+    """
+    if estimates is None:
+        estimates = config_estimates(study)
+    estimates = [e for e in estimates if e.eligible]
     if len(study.directions) > 1:
         front = {r.number for r in pareto_front(study)}
         estimates = [e for e in estimates if e.trial.number in front]
-    if not estimates:
-        return None
-    return min(
-        estimates,
-        key=lambda e: (
-            -e.lower,
-            -e.mean,
-            e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf,
-            e.trial.number,
-        ),
+    ranked = sorted(estimates, key=_rank)
+    seen: set[str] = set()
+    out = []
+    for e in ranked:
+        key = _config_key(e)
+        if key and key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+    return out
+
+
+def _rank(e: ConfigEstimate) -> tuple[float, float, float, int]:
+    return (
+        -e.lower,
+        -e.mean,
+        e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf,
+        e.trial.number,
     )
+
+
+def _config_key(e: ConfigEstimate) -> str:
+    return json.dumps(e.trial.config, sort_keys=True, default=str) if e.trial.config else ""
 
 
 def baseline_trial(study: optuna.Study) -> TrialResult | None:
@@ -325,6 +358,68 @@ _T975 = (
 """Student t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals)."""
 
 
+@functools.lru_cache(maxsize=1024)
+def t_quantile(confidence: float, df: int) -> float:
+    """The half-width factor of a two-sided ``confidence`` interval with ``df`` degrees of
+    freedom (Student t; 0.95 gives :func:`t975`, the table ``best`` has always used).
+
+    Exact for integer degrees of freedom: the t distribution's closed form (Abramowitz and
+    Stegun 26.7.3-4) inverted by bisection; no SciPy at run time.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must be between 0 and 1")
+    if df < 1:
+        raise ValueError("degrees of freedom must be >= 1")
+    if abs(confidence - 0.95) < 1e-12:
+        return t975(df)
+    low, high = 0.0, 1.0
+    while _t_within(high, df) < confidence:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if _t_within(mid, df) < confidence:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * high:
+            break
+    return 0.5 * (low + high)
+
+
+def _t_within(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with ``df`` (integer) degrees of freedom."""
+    theta = math.atan(t / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    term = total = 1.0
+    if df % 2:
+        for j in range(1, (df - 1) // 2):
+            term *= c2 * (2 * j) / (2 * j + 1)
+            total += term
+        tail = s * math.cos(theta) * total if df > 1 else 0.0
+        return 2.0 / math.pi * (theta + tail)
+    for j in range(1, df // 2):
+        term *= c2 * (2 * j - 1) / (2 * j)
+        total += term
+    return s * total
+
+
+def half_width(
+    mean: float, n: int, sd: float | None, df: int, *, confidence: float = 0.95
+) -> float | None:
+    """Half-width of a configuration's ``confidence`` interval: ``n`` measurements of mean
+    ``mean`` with the study's pooled relative noise ``sd`` (``df`` degrees of freedom);
+    ``None`` while there is no noise figure."""
+    if sd is None or df < 1 or n < 1:
+        return None
+    return t_quantile(confidence, df) * sd * mean / math.sqrt(n)
+
+
+def conservative(mean: float, half: float | None) -> float:
+    """The lower bound ``best`` ranks by: ``mean - half``, the mean itself without a noise
+    figure, never below 0 (see :attr:`ConfigEstimate.lower`)."""
+    return max(mean - (half or 0.0), 0.0)
+
+
 def t975(df: int) -> float:
     """Student t 97.5% quantile (no SciPy at run time: a table, then Cornish-Fisher)."""
     if df < 1:
@@ -362,6 +457,9 @@ class Measurement(BaseModel):
     aborted: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    target: int | None = None
+    """A re-measurement's round: the trial target of the run that made it (``None``: the
+    trial itself, or written before rounds were recorded)."""
 
     @property
     def full(self) -> bool:
@@ -387,6 +485,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     reason=str(raw.get("reason") or ""),
                     metrics=raw.get("metrics") or {},
                     phase_seconds=_phase_seconds(raw.get("phase_seconds")),
+                    target=_optional_int(raw.get("target")),
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
@@ -394,6 +493,10 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                 f"study attribute {key}: not a re-measurement record: {exc}"
             ) from exc
     return sorted(out, key=lambda m: (m.of, m.repeat))
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 class ConfigEstimate(BaseModel):
@@ -424,7 +527,7 @@ class ConfigEstimate(BaseModel):
         only that the noise is larger than the estimate; left negative it would rank a
         slower configuration above a faster one (the bound of a relative noise falls faster
         for a larger mean), so such configurations tie at 0 and their means decide."""
-        return max(self.mean - (self.half_width or 0.0), 0.0)
+        return conservative(self.mean, self.half_width)
 
     @property
     def remeasured(self) -> int:
@@ -494,7 +597,7 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
             flaky = f"re-measurement {bad.repeat} failed ({why})"[:300]
         n = len(values)
         mean = sum(values) / n if n else (r.throughput or 0.0)
-        half = t975(df) * sd * mean / math.sqrt(n) if sd is not None and n else None
+        half = half_width(mean, n, sd, df)
         out.append(
             ConfigEstimate(
                 trial=r,
@@ -519,7 +622,7 @@ def remeasure_candidates(study: optuna.Study, top_k: int) -> list[ConfigEstimate
     )
     out = []
     for e in ranked:
-        key = json.dumps(e.trial.config, sort_keys=True, default=str) if e.trial.config else ""
+        key = _config_key(e)
         if key and key in seen:
             continue
         seen.add(key)

@@ -284,6 +284,7 @@ def _synthetic_surface(name: str, objective_kind: str) -> Surface:
         optimum=value,
         optimum_config=config,
         description=module.__doc__.strip().splitlines()[0] if module.__doc__ else "",
+        noise_sigma=getattr(module, "noise_sigma", None),
     )
 
 
@@ -402,6 +403,8 @@ class Run:
     sampler_ms: list[float] = field(default_factory=list)  # ask + suggest
     known_cause: list[bool] = field(default_factory=list)  # crashed the way an earlier one did
     near_crash: list[bool] = field(default_factory=list)  # ... within NEAR levers of it
+    observed: list[float] = field(default_factory=list)  # what a launch measured (0: none)
+    sigmas: list[float] = field(default_factory=list)  # noise of a launch's measurement
     forbidden_launched: int = 0
     seconds: float = 0.0
 
@@ -449,13 +452,14 @@ def run_one(
     *,
     noise: float = 0.0,
     surface_noise: bool = False,
+    sigma: Callable[[TrialConfig], float] | None = None,
     factory: SamplerFactory | None = None,
 ) -> Run:
     """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial).
 
     ``noise`` is the lognormal sigma of every measurement; with ``surface_noise`` a surface
     that has its own noise model (``Surface.noise_sigma``, generated surfaces) uses that
-    per configuration instead."""
+    per configuration instead; ``sigma(config)``, when given, overrides both."""
     started = time.perf_counter()
     objective = surface.objective
     space = surface.space
@@ -492,7 +496,7 @@ def run_one(
         key = space.config_key(config)
         violations = space.violations(config)
         near = False
-        true_value = 0.0
+        true_value = observed_value = sd = 0.0
         failure: str | None = None
         if violations:  # runner step 2: never launched, infeasible
             kind = "forbidden"
@@ -522,11 +526,14 @@ def run_one(
             else:
                 true_value = launch.throughput
                 metrics = _metrics(launch)
-                sigma = noise
-                if surface_noise and surface.noise_sigma is not None:
-                    sigma = surface.noise_sigma(config)
-                if sigma > 0:
-                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, sigma))
+                sd = noise
+                if sigma is not None:
+                    sd = sigma(config)
+                elif surface_noise and surface.noise_sigma is not None:
+                    sd = surface.noise_sigma(config)
+                if sd > 0:
+                    metrics["output_throughput"] = true_value * math.exp(rng.normal(0.0, sd))
+                observed_value = float(metrics["output_throughput"])
                 attrs["phase_seconds"]["restart"] = 1.0
                 outcome = TrialOutcome(
                     values=objective.values(metrics),
@@ -547,6 +554,8 @@ def run_one(
         run.incumbent.append(best_true)
         run.known_cause.append(kind != "forbidden" and failure is not None and seen_before)
         run.near_crash.append(near)
+        run.observed.append(observed_value)
+        run.sigmas.append(sd)
     run.forbidden_launched = sum(1 for c in launched if space.violations(c))
     run.seconds = time.perf_counter() - started
     return run

@@ -32,6 +32,8 @@ from autotune.results import (
     remeasure_candidates,
     remeasure_key,
     t975,
+    t_quantile,
+    winner_candidates,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -249,6 +251,36 @@ def test_t_quantiles_match_scipy() -> None:
     stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 3, 5, 10, 29, 30, 31, 40, 60, 120, 1000):
         assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=2e-4), df
+
+
+def test_t_quantiles_at_any_confidence_match_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for confidence in (0.5, 0.8, 0.9, 0.99, 0.999):
+        for df in (1, 2, 3, 4, 7, 30, 31, 200):
+            expected = stats.t.ppf((1 + confidence) / 2, df)
+            assert t_quantile(confidence, df) == pytest.approx(expected, rel=1e-9), (confidence, df)
+    assert t_quantile(0.95, 3) == t975(3)  # the table best has always used
+    with pytest.raises(ValueError):
+        t_quantile(1.0, 3)
+
+
+def test_winner_candidates_are_bests_choices_in_its_order(tmp_path: Path) -> None:
+    study = make_study(
+        tmp_path,
+        [
+            TrialSpec(throughput=1000.0, params=_params(0.70)),
+            TrialSpec(throughput=980.0, params=_params(0.71)),
+            TrialSpec(throughput=500.0, params=_params(0.72)),
+            TrialSpec(throughput=990.0, failure="crashed", params=_params(0.73)),
+        ],
+    )
+    _remeasure(study, 1, 1, 990.0, target=7)
+    _remeasure(study, 2, 1, 520.0)
+    ranked = winner_candidates(study)
+    assert [e.trial.number for e in ranked] == [1, 0, 2]
+    best = best_estimate(study)
+    assert best is not None and best.trial.number == ranked[0].trial.number
+    assert [m.target for m in load_remeasurements(study)] == [7, None]
 
 
 def test_without_repeats_the_ci_is_unknown_and_ranking_is_by_the_single_run(

@@ -36,6 +36,28 @@ from autotune.study.workers import TRIAL_WORKER_ATTR
 CLAIM_PREFIX = "autotune:claim:"
 BASELINE_CLAIM = f"{CLAIM_PREFIX}baseline"
 """Held by whichever worker enqueued the baseline of a new study."""
+REMEASURE_CLAIM = f"{CLAIM_PREFIX}remeasure:"
+"""``autotune:claim:remeasure:N:R``: held by the worker that measures re-measurement R of
+trial N (its own number, ``1 << 40`` + a digest of its name: no trial has it)."""
+
+
+def remeasure_claim_key(number: int, repeat: int) -> str:
+    return f"{REMEASURE_CLAIM}{number}:{repeat}"
+
+
+def remeasure_claims(study: optuna.Study) -> dict[tuple[int, int], int]:
+    """Every re-measurement claimed on the study: (trial, repeat) -> the owner's number."""
+    attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
+    out = {}
+    for key, value in attrs.items():
+        if not key.startswith(REMEASURE_CLAIM):
+            continue
+        number, _, repeat = key[len(REMEASURE_CLAIM) :].partition(":")
+        try:
+            out[(int(number), int(repeat))] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from autotune.yamlio import load_model, one_line
 SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo")
 """``gp``, ``catcma`` and ``rfbo`` need an optional extra (autotune/study/extra_samplers.py)."""
 OBJECTIVES = ("throughput", "throughput_vs_tpot")
+MAX_RACE_BUDGET = 500
+"""Restarts one race may spend (a re-measurement's index stays below the journal's 1000)."""
 MAX_SEED = 2**32 - 1
 """Optuna's samplers seed numpy, which takes 0 .. 2**32 - 1."""
 
@@ -88,18 +90,75 @@ class EarlyAbortSettings(BaseModel):
 
 
 class RemeasureSettings(BaseModel):
-    """Before a winner is declared, measure the best few configurations again.
+    """Before a winner is declared, measure the best configurations again.
 
-    When a run reaches its trial target, the ``top_k`` distinct feasible configurations
-    (by their mean throughput) are each relaunched from fresh processes and measured
-    ``repeats`` more times; ``autotune best`` then ranks by a lower confidence bound.
-    ``top_k: 0`` or ``repeats: 0`` turns it off.
+    When a run reaches its trial target, configurations are relaunched from fresh processes
+    and measured again; ``autotune best`` then ranks by a lower 95% confidence bound over
+    each configuration's measurements (``autotune/study/race.py`` has both policies):
+
+    * ``policy: race`` (default): the configurations ``best`` chooses from race; each
+      restart goes to the leader or to the closest configuration that could still beat it
+      (by their ``confidence`` intervals, with the study's pooled run-to-run noise), until
+      the leader is separated from every other one, or whatever overlaps is within
+      ``indifference`` of it (either is fine), or ``budget`` restarts are spent. The budget
+      is per trial target: resuming the same run continues the race; a run to a larger
+      ``--trials`` races again, from everything stored, with a new budget. Unset, the
+      budget is ``top_k x repeats`` (3 by default).
+    * ``policy: fixed``: the ``top_k`` distinct feasible configurations (by their mean
+      throughput) are each measured ``repeats`` more times.
+
+    ``top_k: 0``, ``repeats: 0`` or ``budget: 0`` turns it off.
     """
 
     model_config = ConfigDict(extra="forbid")
 
+    policy: Literal["race", "fixed"] = "race"
     top_k: int = Field(3, ge=0, le=100)
     repeats: int = Field(1, ge=0, le=20)
+    budget: int | None = Field(None, ge=0, le=MAX_RACE_BUDGET)
+    """Restarts the race may spend (re-measurements, failed ones included)."""
+    confidence: float = Field(0.95, ge=0.5, le=0.999, allow_inf_nan=False)
+    """Two-sided level of the intervals the race separates (``best`` reports 95%)."""
+    indifference: float = Field(0.01, ge=0, le=0.5, allow_inf_nan=False)
+    """A configuration that can beat the leader by at most this fraction (0.01 = 1%) at
+    ``confidence`` is not raced further."""
+
+    @model_validator(mode="after")
+    def _fields_of_the_policy(self) -> RemeasureSettings:
+        given = self.model_fields_set
+        if self.policy == "fixed":
+            for name in ("budget", "confidence", "indifference"):
+                if name in given:
+                    raise PydanticCustomError(
+                        "remeasure_policy",
+                        "{name} is a setting of policy: race; policy: fixed measures the "
+                        "top_k configurations repeats more times each",
+                        {"name": name, "field": name},
+                    )
+        elif "budget" in given:
+            for name in ("top_k", "repeats"):
+                if name in given:
+                    raise PydanticCustomError(
+                        "remeasure_policy",
+                        "{name} only sizes the race's default budget (top_k x repeats) and "
+                        "budget is set: drop {name}, or set policy: fixed to measure the "
+                        "top_k configurations repeats more times each",
+                        {"name": name, "field": name},
+                    )
+        return self
+
+    @property
+    def race_budget(self) -> int:
+        """Restarts the race may spend per trial target."""
+        if self.budget is not None:
+            return self.budget
+        return min(self.top_k * self.repeats, MAX_RACE_BUDGET)
+
+    @property
+    def enabled(self) -> bool:
+        if self.policy == "fixed":
+            return self.top_k > 0 and self.repeats > 0
+        return self.race_budget > 0
 
 
 class WorkerSettings(BaseModel):

@@ -1,11 +1,17 @@
 """Before a winner is declared: the top configurations measured again, from fresh processes.
 
 One measurement is one draw (each server process runs a little faster or slower), so the
-best single run of a study is biased up. When the run reaches its trial target, the top-k
-configurations are measured ``repeats`` more times, each from freshly started services;
-those measurements are study attributes (``remeasure:N:R``), not trials, so trial counts,
-the reuse index and the sampler never see them. They are journaled and resumed like trials:
-what is stored is not measured again, so an interrupted phase continues where it stopped.
+best single run of a study is biased up. When the run reaches its trial target, the
+configurations at the top are measured again, each from freshly started services, by the
+study's policy (:mod:`autotune.study.race`: by default a race that spends its restarts
+where the top is statistically close and stops once the leader is separated; ``fixed``: the
+top-k, ``repeats`` more times each). Those measurements are study attributes
+(``remeasure:N:R``), not trials, so trial counts, the reuse index and the sampler never see
+them. They are journaled and resumed like trials: what is stored is not measured again, and
+the policy decides from what is stored alone, so an interrupted phase continues exactly
+where it stopped. With several workers each re-measurement is claimed
+(``autotune:claim:remeasure:N:R``) before it is launched: one worker measures it, the others
+count it as in flight and decide around it.
 """
 
 from __future__ import annotations
@@ -20,25 +26,35 @@ from typing import Any
 from autotune.errors import StorageError
 from autotune.failpoints import failpoint
 from autotune.results import (
+    ConfigEstimate,
     best_estimate,
+    config_estimates,
     format_estimate,
     load_remeasurements,
     remeasure_candidates,
     remeasure_key,
+    winner_candidates,
 )
-from autotune.study.claims import claim
+from autotune.study.claims import claim, remeasure_claim_key, remeasure_claims
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.journal import Entry
+from autotune.study.race import Arm, Decision, FixedPolicy, Noise, RacePolicy
 from autotune.study.record import redact_record
 from autotune.study.storage import describe_storage_failure, display_url
 from autotune.trial import TrialOutcome, TrialPipeline
 from autotune.trial.record import RemeasureRecord
 
 REMEASURE_ID_BASE = 1000
-"""Journal key of re-measurement R of trial N: N * 1000 + R (repeats are at most 20)."""
+"""Journal key of re-measurement R of trial N: N * 1000 + R (R stays below 1000: repeats
+are at most 20, a race's budget at most 500 per round, and a race stops before 1000)."""
 
 Report = Callable[[int, TrialOutcome, float], None]
+
+
+def _values(e: ConfigEstimate) -> tuple[float, ...]:
+    """The full measurements behind an estimate's mean, in order (the trial's first)."""
+    return tuple(m.throughput for m in e.measurements if m.full and m.throughput is not None)
 
 
 class Remeasurer:
@@ -52,65 +68,173 @@ class Remeasurer:
         """True while the phase runs (an interruption then cut no trial short)."""
         self.stored = 0
         """Re-measurements stored by this run."""
+        self.target: int | None = None
+        """The trial target of this run: the race's round (its budget is per target)."""
+        self.decision: Decision | None = None
+        """The policy's last decision (why the phase stopped, once it has)."""
+
+    @property
+    def owner(self) -> int:
+        """The worker's own claim number (no trial has it), the same after a restart: a
+        claim left by its interrupted predecessor is its own again."""
+        return (1 << 40) + zlib.crc32(self.ctx.worker_name.encode("utf-8"))
 
     def plan(self) -> list[tuple[int, int, dict[str, Any]]]:
-        """(trial, repeat, config) still to measure: round by round over the top-k."""
+        """(trial, repeat, config) still to measure under ``policy: fixed``: round by round
+        over the top-k (the race decides one re-measurement at a time: :meth:`decide`)."""
+        settings = self.ctx.definition.remeasure
+        policy = FixedPolicy(settings.top_k, settings.repeats)
+        arms, configs = self._fixed_arms(set())
+        return [(n, r, configs[n]) for n, r in policy.plan(arms)]
+
+    def _fixed_arms(
+        self, skipped: set[tuple[int, int]]
+    ) -> tuple[list[Arm], dict[int, dict[str, Any]]]:
+        """The top-k by mean (``remeasure_candidates``) with the repeats taken of each."""
+        ctx = self.ctx
+        done: dict[int, set[int]] = {}
+        for m in load_remeasurements(ctx.study):
+            done.setdefault(m.of, set()).add(m.repeat)
+        for number, repeat in skipped:
+            done.setdefault(number, set()).add(repeat)
+        estimates = remeasure_candidates(ctx.study, ctx.definition.remeasure.top_k)
+        arms, configs = [], {}
+        for e in estimates:
+            if not e.trial.config:
+                continue
+            values = _values(e)
+            arms.append(
+                Arm(e.trial.number, values, repeats=frozenset(done.get(e.trial.number, ())))
+            )
+            configs[e.trial.number] = ctx.space.complete(e.trial.config)
+        return arms, configs
+
+    def _race_arms(
+        self, skipped: set[tuple[int, int]]
+    ) -> tuple[list[Arm], dict[int, dict[str, Any]], int, Noise]:
+        """The race's candidates in ``best``'s order, their configs, the restarts this round
+        has spent (stored or in flight elsewhere) and the study's pooled noise."""
+        ctx = self.ctx
+        stored = load_remeasurements(ctx.study)
+        done: dict[int, set[int]] = {}
+        for m in stored:
+            done.setdefault(m.of, set()).add(m.repeat)
+        # In flight elsewhere: claimed by another worker (or lost to one just now), not
+        # stored. Counted against the budget and as the configuration's next measurement,
+        # so workers racing together spend one budget and spread over the close ones.
+        others = set(skipped)
+        if ctx.shared:
+            mine = self.owner
+            claims = ctx.db("reading re-measurement claims", lambda: remeasure_claims(ctx.study))
+            others |= {key for key, owner in claims.items() if owner != mine}
+        in_flight: dict[int, int] = {}
+        for number, repeat in sorted(others):
+            if repeat not in done.get(number, set()):
+                in_flight[number] = in_flight.get(number, 0) + 1
+                done.setdefault(number, set()).add(repeat)
+        spent = sum(1 for m in stored if self.target is None or m.target == self.target)
+        spent += sum(in_flight.values())
+        estimates = config_estimates(ctx.study)
+        noise = Noise(estimates[0].noise_sd, estimates[0].noise_df) if estimates else Noise(None, 0)
+        arms, configs = [], {}
+        for e in winner_candidates(ctx.study, estimates):
+            if not e.trial.config:
+                continue
+            number = e.trial.number
+            values = _values(e)
+            arms.append(
+                Arm(
+                    number,
+                    values,
+                    repeats=frozenset(done.get(number, ())),
+                    pending=in_flight.get(number, 0),
+                )
+            )
+            configs[number] = ctx.space.complete(e.trial.config)
+        return arms, configs, spent, noise
+
+    def decide(
+        self, skipped: set[tuple[int, int]], *, runs: int
+    ) -> tuple[Decision, dict[int, dict[str, Any]], int]:
+        """The policy's next step from what is stored (and ``skipped``: claimed by other
+        workers); ``runs``: re-measurements this phase has taken. (decision, configs, how
+        many more runs the phase may take at most)."""
+        settings = self.ctx.definition.remeasure
+        if settings.policy == "fixed":
+            fixed = FixedPolicy(settings.top_k, settings.repeats)
+            arms, configs = self._fixed_arms(skipped)
+            decision = fixed.decide(arms, spent=runs)
+            return decision, configs, len(fixed.plan(arms))
+        race = RacePolicy(
+            budget=settings.race_budget,
+            confidence=settings.confidence,
+            indifference=settings.indifference,
+        )
+        arms, configs, spent, noise = self._race_arms(skipped)
+        decision = race.decide(arms, spent=spent, noise=noise)
+        if decision.measure is not None and decision.measure[1] >= REMEASURE_ID_BASE:
+            decision = Decision(
+                None,
+                f"trial #{decision.measure[0]} has {REMEASURE_ID_BASE - 1} re-measurements",
+                leader=decision.leader,
+                challenger=decision.challenger,
+            )
+        return decision, configs, max(0, race.budget - spent)
+
+    def run(self, *, target: int | None = None) -> None:
+        """Measure what the policy asks for, one re-measurement at a time, deciding again
+        after each (a configuration whose re-measurement failed leaves the candidates)."""
         ctx = self.ctx
         settings = ctx.definition.remeasure
-        if settings.top_k <= 0 or settings.repeats <= 0:
-            return []
-        done = {(m.of, m.repeat) for m in load_remeasurements(ctx.study)}
-        top = remeasure_candidates(ctx.study, settings.top_k)
-        return [
-            (e.trial.number, repeat, ctx.space.complete(e.trial.config))
-            for repeat in range(1, settings.repeats + 1)
-            for e in top
-            if (e.trial.number, repeat) not in done and e.trial.config
-        ]
-
-    def run(self) -> None:
-        """Measure the plan; drawn again after each run: a configuration whose
-        re-measurement failed leaves the top-k and the next one takes its place."""
-        ctx = self.ctx
-        plan = self.plan()
-        if not plan:
+        self.target = target
+        self.decision = None
+        if not settings.enabled:
+            return
+        skipped: set[tuple[int, int]] = set()
+        decision, configs, left = self.decide(skipped, runs=0)
+        self.decision = decision
+        if decision.measure is None:
             return
         self.active = True
-        numbers = ", ".join(f"#{n}" for n in dict.fromkeys(n for n, _, _ in plan))
-        ctx.progress.message(
-            f"re-measuring the best configurations before declaring a winner: {len(plan)} "
-            f"run(s) of {numbers}, each from freshly started services"
-        )
-        settings = ctx.definition.remeasure
-        limit = 3 * settings.top_k * settings.repeats
+        if settings.policy == "fixed":
+            plan = self.plan()
+            numbers = ", ".join(f"#{n}" for n in dict.fromkeys(n for n, _, _ in plan))
+            ctx.progress.message(
+                f"re-measuring the best configurations before declaring a winner: {len(plan)} "
+                f"run(s) of {numbers}, each from freshly started services"
+            )
+        else:
+            ctx.progress.message(
+                "racing the best configurations before declaring a winner: up to "
+                f"{left} restart(s), each from freshly started services, until the leader is "
+                f"separated at {100 * settings.confidence:g}% ({decision.reason})"
+            )
         index = 0
-        skipped: set[tuple[int, int]] = set()
-        while plan and index < limit:
+        while decision.measure is not None:
             index += 1
-            number, repeat, config = plan[0]
+            number, repeat = decision.measure
             # Several workers reach the end together: each re-measurement is claimed, and
             # one another worker holds is left to it.
-            key = f"autotune:claim:remeasure:{number}:{repeat}"
-            # The worker's own number (no trial has it), the same after a restart: a claim
-            # left by its interrupted predecessor is its own again.
-            owner = (1 << 40) + zlib.crc32(ctx.worker_name.encode("utf-8"))
+            key = remeasure_claim_key(number, repeat)
             if (
                 not ctx.shared
                 or ctx.db(
                     "claiming a re-measurement",
-                    functools.partial(claim, ctx.study, key, owner),
+                    functools.partial(claim, ctx.study, key, self.owner),
                 ).won
             ):
-                self.one(number, repeat, config, index=index, total=index - 1 + len(plan))
+                self.one(number, repeat, configs[number], index=index, total=index - 1 + left)
             else:
                 skipped.add((number, repeat))
-            plan = [p for p in self.plan() if (p[0], p[1]) not in skipped]
+            decision, configs, left = self.decide(skipped, runs=index)
+            self.decision = decision
         self.active = False
         best = best_estimate(ctx.study)
         if best is not None:
+            why = f"; {decision.reason}" if settings.policy == "race" else ""
             ctx.progress.message(
                 f"winner: trial #{best.trial.number}, {format_estimate(best)}; "
-                f"conservative estimate {best.lower:,.1f} tok/s"
+                f"conservative estimate {best.lower:,.1f} tok/s{why}"
             )
 
     def one(
@@ -128,6 +252,7 @@ class Remeasurer:
         stored = RemeasureRecord(
             of=number,
             repeat=repeat,
+            target=self.target,
             values=outcome.values,
             constraints=outcome.constraints,
             feasible=outcome.feasible and outcome.failure is None,

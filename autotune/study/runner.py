@@ -347,7 +347,7 @@ class Tuner:
                     # the only worker; shared storage is asked every trial.
                     if self.shared or ran % COUNT_REFRESH == 0 or done >= n_trials:
                         done = self.completed_count()
-                self.remeasurer.run()
+                self.remeasurer.run(target=n_trials)
             failed = False
         except KeyboardInterrupt:
             interrupted = True

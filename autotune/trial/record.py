@@ -139,6 +139,8 @@ class RemeasureRecord(BaseModel):
 
     of: int
     repeat: int
+    target: int | None = None
+    """The trial target of the run that measured it: the race's round (its budget)."""
     values: list[float] = Field(default_factory=list)
     constraints: dict[str, float] = Field(default_factory=dict)
     feasible: bool = False

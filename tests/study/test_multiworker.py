@@ -190,6 +190,9 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     # Re-measurements: each (trial, repeat) once, whoever ran it.
     remeasured = Counter((m.of, m.repeat) for m in load_remeasurements(study))
     assert remeasured and max(remeasured.values()) == 1
+    # One race, one budget (top_k 2 x repeats 1 = 2 restarts) for all the workers: each
+    # counts what the others claimed; two deciding in the same instant may add one.
+    assert len(remeasured) <= 3, remeasured
     records = read_workers(study)
     assert {n: r.state for n, r in records.items() if r is not None} == {
         "w1": "stopped",

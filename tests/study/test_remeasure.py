@@ -66,14 +66,14 @@ def _params(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in {**FAST_CONFIG, **changes}.items() if k in names}
 
 
-def test_aborted_trial_is_stored_marked_and_never_wins_and_top_k_is_re_measured(
+def test_aborted_trial_is_stored_marked_and_never_wins_and_the_close_ones_are_raced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     study_file = _study_file(
         tmp_path,
         extra="  target_rel_ci: 0.1\nearly_abort: {abort_below: 0.5}\n"
-        "remeasure: {top_k: 3, repeats: 1}\n",
+        "remeasure: {policy: race, budget: 3}\n",
     )
     # target_rel_ci in the load section (it was appended after correctness: move it)
     text = study_file.read_text().replace("  target_rel_ci: 0.1\n", "")
@@ -91,7 +91,7 @@ def test_aborted_trial_is_stored_marked_and_never_wins_and_top_k_is_re_measured(
         tuner.study.enqueue_trial(params)
     tuner._enqueue_baseline = lambda: None  # type: ignore[method-assign]
     summary = tuner.run(n_trials=3)
-    assert summary.trials_total == 3 and summary.remeasured == 2
+    assert summary.trials_total == 3 and summary.remeasured in (2, 3)
 
     trials = tuner.study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
@@ -108,17 +108,24 @@ def test_aborted_trial_is_stored_marked_and_never_wins_and_top_k_is_re_measured(
         }  # fmt: skip
     assert aborted.user_attrs["phase_seconds"]["measure"] < 30  # cut short, not capped
 
-    # The top-k that qualify (the aborted trial does not) were measured again, from fresh
-    # processes, as study attributes: no trial was added.
+    # The race is between the two that qualify (the aborted trial does not), as fast as
+    # each other: the leader first, then the other (now the wider interval), then the
+    # leader again, since two same-speed configurations are almost never told apart in 2
+    # restarts; each from fresh processes, stored as study attributes: no trial was added.
     records = load_remeasurements(tuner.study)
-    assert {(m.of, m.repeat) for m in records} == {(0, 1), (1, 1)}
+    pairs = {(m.of, m.repeat) for m in records}
+    assert pairs <= {(0, 1), (1, 1), (0, 2), (1, 2)} and len(pairs) == summary.remeasured
     for m in records:
-        assert m.full and m.throughput and m.metrics["completed"] > 0
+        assert m.full and m.throughput and m.metrics["completed"] > 0 and m.target == 3
         raw = tuner.study.user_attrs[remeasure_key(m.of, m.repeat)]
         assert sorted(raw["restarted"]) == ["decode", "prefill", "router"]
+    decision = tuner.remeasurer.decision
+    assert decision is not None and decision.stop
+    assert len(records) == 3 or "separated" in decision.reason or "fine" in decision.reason
     best = best_estimate(tuner.study)
-    assert best is not None and best.trial.number in (0, 1) and best.n == 2
-    assert best.half_width is not None and best.noise_df == 2
+    assert best is not None and best.trial.number == decision.leader  # what the race decided
+    assert best.trial.number in (0, 1) and best.n >= 1
+    assert best.half_width is not None and best.noise_df == len(records)
 
     # Nothing left to do: the same target neither runs trials nor re-measures again.
     again = tuner.run(n_trials=3)
@@ -145,7 +152,9 @@ def test_interrupted_and_killed_re_measure_phase_resumes(tmp_path: Path) -> None
     """Ctrl-C while re-measuring stores nothing; kill -9 after the journal write is recorded
     from the journal by the next run; the phase then finishes what is missing."""
     off = _study_file(tmp_path, extra="remeasure: {top_k: 0}\n", name="off.yaml")
-    on = _study_file(tmp_path, extra="remeasure: {top_k: 2, repeats: 1}\n", name="on.yaml")
+    on = _study_file(
+        tmp_path, extra="remeasure: {policy: fixed, top_k: 2, repeats: 1}\n", name="on.yaml"
+    )
     marker = uuid.uuid4().hex
     env = {"AUTOTUNE_TEST_MARKER": marker}
     db = db_path(tmp_path)
