@@ -73,6 +73,26 @@ NOT_SCORED = frozenset(
 )
 """Failures stored on FAIL trials: no value, the sampler learns nothing from them."""
 
+OF_THE_CONFIG = frozenset(
+    {
+        Failure.cuda_oom,
+        Failure.nccl_error,
+        Failure.cuda_error,
+        Failure.config_rejected,
+        Failure.readiness_timeout,
+        Failure.exited,
+        Failure.crashed,
+        Failure.trial_timeout,
+        Failure.compile_timeout,
+        Failure.wrong_output,
+        Failure.request_errors,
+    }
+)
+"""Launch failures that are a property of the configuration (the same settings would fail
+again on the same engine and hardware): what a warm start carries into a new study. Not
+``forbidden`` (the new space has its own rules), nor what the host or the harness caused
+(``port_in_use``, ``model_path_missing``, ``bench_failed``, ``unknown``, the FAIL classes)."""
+
 FailureClass = Failure
 """The classes a log can show (the launcher's name for :class:`Failure`)."""
 

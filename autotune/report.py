@@ -40,6 +40,7 @@ from autotune.results import (
     gain_over_baseline,
     load_remeasurements,
     load_results,
+    own_trials,
 )
 from autotune.secrets import redacted_command
 
@@ -300,7 +301,7 @@ def param_importances(study: optuna.Study) -> dict[str, float]:
         copy = optuna.create_study(direction="maximize")
     finally:
         optuna.logging.set_verbosity(verbosity)
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for trial in own_trials(study, states=(TrialState.COMPLETE,)):
         result = TrialResult.from_frozen(trial, metric_names=study.metric_names)
         if not result.feasible or result.throughput is None or not trial.params:
             continue

@@ -40,6 +40,8 @@ THROUGHPUT = "output_throughput_tok_s"
 TPOT_P99 = "tpot_p99_ms"
 REMEASURE_PREFIX = "remeasure:"
 """Study user attribute ``remeasure:N:R``: re-measurement R (1, 2, ...) of trial N's config."""
+WARM_START_ATTR = "warm_start_from"
+"""Trial user attribute ``STUDY#N`` of a trial a warm start carried from an earlier study."""
 
 
 class TrialResult(BaseModel):
@@ -140,23 +142,32 @@ def feasible(trial: FrozenTrial) -> bool:
     return all(c <= 0.0 for c in trial.constraints.values())
 
 
+def carried(trial: FrozenTrial) -> bool:
+    """A trial a warm start carried from an earlier study (user attribute
+    ``warm_start_from``): what the sampler learns from, never one of this study's trials."""
+    return bool(trial.user_attrs.get(WARM_START_ATTR))
+
+
+def own_trials(
+    study: optuna.Study, *, states: Sequence[TrialState] | None = None
+) -> list[FrozenTrial]:
+    """The study's own trials (``states`` only, if given), carried ones left out: what every
+    count, ranking and listing reads."""
+    trials = study.get_trials(deepcopy=False, states=tuple(states) if states else None)
+    return [t for t in trials if not carried(t)]
+
+
 def load_results(study: optuna.Study) -> list[TrialResult]:
-    """Every trial of the study, in trial-number order."""
+    """Every trial of the study (its own: carried ones are not), in trial-number order."""
     names = study.metric_names
-    return [
-        TrialResult.from_frozen(t, metric_names=names) for t in study.get_trials(deepcopy=False)
-    ]
+    return [TrialResult.from_frozen(t, metric_names=names) for t in own_trials(study)]
 
 
 def pareto_front(study: optuna.Study) -> list[TrialResult]:
     """Feasible, fully measured (not early-aborted) COMPLETE trials not dominated by another
     (by the study's directions)."""
     directions = study.directions
-    candidates = [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if feasible(t) and not t.user_attrs.get("aborted")
-    ]
+    candidates = [t for t in own_trials(study) if feasible(t) and not t.user_attrs.get("aborted")]
     front = [
         t
         for t in candidates
@@ -215,12 +226,20 @@ def winner_candidates(
 
 
 def _rank(e: ConfigEstimate) -> tuple[float, float, float, int]:
-    return (
-        -e.lower,
-        -e.mean,
-        e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf,
-        e.trial.number,
-    )
+    """How ``best`` orders configurations: lower bound, mean, TPOT p99, trial number."""
+    tpot = e.trial.tpot_p99_ms if e.trial.tpot_p99_ms is not None else math.inf
+    return (-e.lower, -e.mean, tpot, e.trial.number)
+
+
+def ranked_estimates(study: optuna.Study) -> list[ConfigEstimate]:
+    """Every eligible configuration, best first, in the order :func:`best_estimate` ranks
+    them (its first is ``best``'s winner); with several objectives the Pareto front's come
+    first. A warm start takes its top configurations from here."""
+    estimates = sorted((e for e in config_estimates(study) if e.eligible), key=_rank)
+    if len(study.directions) > 1:
+        front = {r.number for r in pareto_front(study)}
+        estimates.sort(key=lambda e: e.trial.number not in front)  # stable: rank kept
+    return estimates
 
 
 def _config_key(e: ConfigEstimate) -> str:

@@ -454,12 +454,16 @@ def run_one(
     surface_noise: bool = False,
     sigma: Callable[[TrialConfig], float] | None = None,
     factory: SamplerFactory | None = None,
+    on_study: Callable[[optuna.Study], None] | None = None,
 ) -> Run:
     """Replay ``Tuner.run`` (ask -> forbidden -> duplicate -> launch -> finish_trial).
 
     ``noise`` is the lognormal sigma of every measurement; with ``surface_noise`` a surface
     that has its own noise model (``Surface.noise_sigma``, generated surfaces) uses that
-    per configuration instead; ``sigma(config)``, when given, overrides both."""
+    per configuration instead; ``sigma(config)``, when given, overrides both.
+    ``on_study`` is called once the study holds its enqueued baseline, before the first
+    trial (``benchmarks/warm_start.py`` applies a warm start there, as the runner does);
+    trials it adds as finished are not counted as trials of the run."""
     started = time.perf_counter()
     objective = surface.objective
     space = surface.space
@@ -473,8 +477,11 @@ def run_one(
     study = optuna.create_study(directions=objective.directions, sampler=sampler)
     study.set_metric_names(objective.metric_names)
     study.enqueue_trial(space.baseline_params(), user_attrs={"is_baseline": True})
+    if on_study is not None:
+        on_study(study)
     rng = np.random.default_rng([seed, 7919])
     known: dict[str, int] = {}
+    true_by_number: dict[int, float] = {}
     crashed: dict[str, list[dict[str, Any]]] = {}  # failure class -> configs that crashed
     launched: list[TrialConfig] = []  # everything handed to the evaluator
     run = Run(surface=surface.name, sampler=sampler_name, seed=seed)
@@ -510,7 +517,7 @@ def run_one(
                 study, known[key], TrialRecord.from_attrs(attrs), objective=objective
             )
             failure = outcome.attrs.get("failure")
-            true_value = run.true_values[known[key]]
+            true_value = true_by_number[known[key]]
         else:  # launch
             kind = "launch"
             launched.append(config)
@@ -551,6 +558,7 @@ def run_one(
         run.kinds.append(kind)
         run.failures.append("forbidden" if kind == "forbidden" else failure)
         run.true_values.append(true_value)
+        true_by_number[trial.number] = true_value
         run.incumbent.append(best_true)
         run.known_cause.append(kind != "forbidden" and failure is not None and seen_before)
         run.near_crash.append(near)

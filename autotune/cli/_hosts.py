@@ -56,7 +56,7 @@ def apply(
     """Install a trial's configuration for good (services keep running after autotune exits)."""
     from autotune.launch.factory import make_launcher
     from autotune.render import render
-    from autotune.results import TrialResult, best_trial
+    from autotune.results import TrialResult, best_trial, own_trials
 
     check_study(study)
     if (trial is None) == (not best_):
@@ -67,7 +67,7 @@ def apply(
         if chosen is None:
             raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
     else:
-        numbers = [t.number for t in opened.trials]
+        numbers = [t.number for t in own_trials(opened)]  # not those a warm start carried
         if trial not in numbers:
             raise ConfigError(
                 f"no trial {trial}", field="--trial", allowed=numbers[-20:] or ["(none)"]

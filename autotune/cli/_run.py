@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -55,6 +56,22 @@ def run(
         help="This worker's name in the study (default HOST/DEPLOYMENT); the same name "
         "resumes its own interrupted trial.",
     ),
+    warm_start_from: str | None = typer.Option(
+        None,
+        "--warm-start-from",
+        metavar="STUDY",
+        help="Start a new study from an earlier one: its best configurations are tried "
+        "right after the baseline and its failed launches teach the sampler (both "
+        "translated to this study's space). Only when the study is new; overrides the "
+        "study file's warm_start.study.",
+    ),
+    warm_start_storage: str | None = typer.Option(
+        None,
+        "--warm-start-storage",
+        metavar="URL",
+        help="Storage of the --warm-start-from study (default: --storage if given, else "
+        "sqlite:///studies/STUDY.db).",
+    ),
 ) -> None:
     """Run (or resume) a study: the same command continues where it stopped.
 
@@ -79,6 +96,7 @@ def run(
     definition = load_study_definition(path)
 
     url = storage_url(study, storage)
+    warm = _warm_start(definition, warm_start_from, warm_start_storage, storage)
     progress = make_progress(quiet=quiet)
     try:
         tuner = Tuner(
@@ -90,6 +108,7 @@ def run(
             progress=progress,
             worker=worker,
             deployment=deployment,
+            warm_start=warm,
         )
         who = f" as worker {tuner.worker_name!r}" if worker or tuner.shared else ""
         progress.message(
@@ -134,3 +153,28 @@ def run(
         highlight=False,
         markup=False,
     )
+
+
+def _warm_start(
+    definition: Any, study: str | None, storage: str | None, run_storage: str | None
+) -> Any:
+    """The warm start this run asks for: the options over the study file's ``warm_start:``,
+    its storage resolved (the option, the file's, ``--storage``, else the earlier study's
+    default SQLite file); None without one."""
+    from autotune.study.definition import WarmStartSettings
+    from autotune.study.storage import check_study_name
+
+    given = definition.warm_start
+    if study is None and given is None:
+        if storage is not None:
+            raise ConfigError(
+                "--warm-start-storage needs --warm-start-from STUDY (or warm_start: in the "
+                "study file)",
+                field="--warm-start-storage",
+            )
+        return None
+    name = study if study is not None else given.study
+    check_study_name(name, field="--warm-start-from")
+    from_file = given.storage if given is not None and given.study == name else None
+    url = storage or from_file or storage_url(name, run_storage)
+    return WarmStartSettings(study=name, storage=url, top=given.top if given is not None else 5)

@@ -187,10 +187,10 @@ def space_render(
     if config is not None:
         configs = [("config", _given_config(space, config))]
     elif trial is not None:
-        from autotune.results import TrialResult
+        from autotune.results import TrialResult, own_trials
 
         opened = open_existing(study, storage)
-        numbers = [t.number for t in opened.trials]
+        numbers = [t.number for t in own_trials(opened)]  # not those a warm start carried
         if trial not in numbers:
             raise ConfigError(
                 f"no trial {trial}", field="--trial", allowed=numbers[-20:] or ["(none)"]

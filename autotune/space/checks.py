@@ -169,6 +169,7 @@ class _Checker:
         info = ParamInfo(
             name=name, index=index, spec=spec, services=services, when=when, derived=derived
         )
+        self.check_hint(info, field)
         if spec.target is not None:
             by_kind = {(e.name, e.version): e for e in (self.engines[s] for s in services)}
             self.checking = tuple(by_kind.values())
@@ -214,6 +215,20 @@ class _Checker:
                         f"{field}.step",
                         f"step {spec.step} does not divide the range {spec.low}..{spec.high}",
                     )
+
+    def check_hint(self, info: ParamInfo, field: str) -> None:
+        """A hint's value is a value of the parameter (a choice, or on its range and step)."""
+        hint = getattr(info.spec, "hint", None)
+        if hint is None:
+            return
+        try:
+            info.normalize(hint.value)
+        except DomainError as exc:
+            raise self.fail(
+                f"{field}.hint.value",
+                f"the hint is not a value of '{info.name}': {exc.message}",
+                allowed=exc.allowed or [info.domain_text()],
+            ) from None
 
     def compile_condition(self, when: object, *, field: str) -> Expr:
         if isinstance(when, dict):

@@ -12,6 +12,7 @@ Format in brief (``search_spaces/dsv4-flash-rtx6000-pd.yaml`` is the worked exam
       s: {type: bool, services: [decode], target: {switch: --disable-s, present_when: false}}
       m: {type: categorical, choices: [x, y], target: {map: {x: {flags: {--a: 1}}, y: {}}}}
       d: {derived: "n + 1", target: {flag: --d}}
+      h: {type: int, low: 1, high: 8, hint: {value: 4, strength: 0.8}, target: {flag: --h}}
     forbidden:
       - {name: rule, when: "n > 16 and p == 'b'", reason: why}
     baseline: {p: a, f: 0.88, s: true, m: x}   # every parameter active under it
@@ -24,7 +25,9 @@ value as text, ``unset_value`` removes the variable, bools use ``true_value``/
 ``false_value`` = "1"/"0"; ``flag``: ``--flag value``, bools "true"/"false"; ``switch``:
 present when the bool equals ``present_when``, removed otherwise; ``map``: the choice's
 flags/switches/env are set and whatever other choices set is removed); when inactive
-everything it owns is removed. YAML is read with 1.2 scalars (``off`` is a string).
+everything it owns is removed. YAML is read with 1.2 scalars (``off`` is a string). A
+sampled parameter may carry a ``hint`` (a value its author expects to be good and how sure
+they are): the default sampler tries it early (:mod:`autotune.study.hints`).
 
 These models check shapes and types; everything that needs more than one field at a time
 (ranges, steps, expressions, services, flags, baseline) is checked by
@@ -284,14 +287,38 @@ class _ParamBase(_Model):
     )
 
 
-class CategoricalParam(_ParamBase):
+class Hint(_Model):
+    """A value the space's author expects to be good, and how sure they are of it."""
+
+    value: Scalar = Field(
+        description="A valid value of the parameter: one of its choices, or a number inside "
+        "low..high on its step."
+    )
+    strength: float = Field(
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="How sure the author is, in (0, 1]: the share of the sampler's start-up "
+        "trials that take the hint (the rest draw from the whole range); one early trial "
+        "takes every hint at once, so a wrong hint costs about one trial.",
+    )
+
+
+class _SampledBase(_ParamBase):
+    hint: Hint | None = Field(
+        default=None,
+        description="A value to try early: {value: V, strength: S} with S in (0, 1].",
+    )
+
+
+class CategoricalParam(_SampledBase):
     """One of a list of values (strings, ints, floats or booleans)."""
 
     type: Literal["categorical"]
     choices: list[Scalar] = Field(min_length=1, description="The values, in a fixed order.")
 
 
-class IntParam(_ParamBase):
+class IntParam(_SampledBase):
     """An integer in [low, high], on a step grid or log-uniform."""
 
     type: Literal["int"]
@@ -301,7 +328,7 @@ class IntParam(_ParamBase):
     log: bool = Field(default=False, description="Sample log-uniformly (low must be > 0).")
 
 
-class FloatParam(_ParamBase):
+class FloatParam(_SampledBase):
     """A real number in [low, high], continuous, on a step grid, or log-uniform."""
 
     type: Literal["float"]
@@ -311,7 +338,7 @@ class FloatParam(_ParamBase):
     log: bool = Field(default=False, description="Sample log-uniformly (low must be > 0).")
 
 
-class BoolParam(_ParamBase):
+class BoolParam(_SampledBase):
     """true or false."""
 
     type: Literal["bool"]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # sampling is the study's business; reading a space loads no 
 from autotune.errors import ConfigError
 from autotune.space.checks import Rule
 from autotune.space.expr import Expr, same_value
-from autotune.space.model import FloatParam, SpaceFile, Value
+from autotune.space.model import FloatParam, IntParam, SpaceFile, Value
 from autotune.space.params import DomainError, ParamInfo
 from autotune.space.sampling import distribution, grid_values, random_value, suggest_value
 from autotune.space.settings import ServiceSettings
@@ -44,6 +44,42 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.name}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Translation:
+    """Sampled values of another version of a space carried into this one
+    (:meth:`SearchSpace.translate`), and what had to change, lever by lever."""
+
+    params: dict[str, Value]
+    """This space's sampled values (the ones the configuration makes active)."""
+    dropped: dict[str, object]
+    """Levers this space no longer has, with the value they had."""
+    replaced: dict[str, tuple[object, Value]]
+    """Levers whose value this space no longer allows: (old value, the value taken)."""
+    filled: dict[str, Value]
+    """Levers active here that the configuration did not set (new ones, or switched on by
+    a changed condition), with the value taken (the baseline's where it has one)."""
+    inactive: dict[str, object]
+    """Levers this space has but the translated configuration leaves inactive (dropped)."""
+    violations: tuple[Violation, ...] = ()
+    """Forbidden rules of this space that the translated configuration hits."""
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.dropped or self.replaced or self.filled or self.inactive)
+
+    def notes(self) -> list[str]:
+        """Each change in words (``'x' is gone (was 4)``)."""
+        out = [f"{n!r} is gone (was {v!r})" for n, v in self.dropped.items()]
+        out += [
+            f"{n!r}={old!r} is no longer allowed: {new!r} taken"
+            for n, (old, new) in self.replaced.items()
+        ]
+        out += [f"{n!r} was not set: {v!r} taken" for n, v in self.filled.items()]
+        out += [f"{n!r}={v!r} dropped (inactive here)" for n, v in self.inactive.items()]
+        out += [f"hits forbidden rule {v}" for v in self.violations]
+        return out
 
 
 class SearchSpace:
@@ -270,6 +306,70 @@ class SearchSpace:
                 )
         return {p.name: config[p.name] for p in self.params if p.sampled and p.name in config}
 
+    def hints(self) -> dict[str, tuple[Value, float]]:
+        """Parameter -> (hinted value, strength) for every parameter with a ``hint``, in
+        declaration order (values normalised like a sampled one)."""
+        out: dict[str, tuple[Value, float]] = {}
+        for param in self.sampled_params:
+            hint = getattr(param.spec, "hint", None)
+            if hint is not None:
+                out[param.name] = (param.normalize(hint.value), float(hint.strength))
+        return out
+
+    def translate(self, params: Mapping[str, object]) -> Translation:
+        """Sampled values written for another version of this space (an earlier study's
+        trial), made a configuration of this one: levers it no longer has are dropped, a
+        value it no longer allows becomes the baseline's (numbers without one: the nearest
+        value of the new range), a lever now active that ``params`` did not set takes the
+        baseline's value (else its hint, else the first choice or the low end), and levers
+        the result leaves inactive are dropped; forbidden rules it hits are listed."""
+        baseline = self.baseline_params() if self.has_baseline else {}
+        hints = self.hints()
+        dropped = {n: v for n, v in params.items() if n not in self._by_name}
+        replaced: dict[str, tuple[object, Value]] = {}
+        filled: dict[str, Value] = {}
+
+        def fallback(param: ParamInfo, old: object) -> Value:
+            if param.name in baseline:
+                return baseline[param.name]
+            spec = param.spec
+            if old is not None and isinstance(spec, (IntParam, FloatParam)):
+                try:
+                    return _nearest(param, float(old))  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    pass
+            if param.name in hints:
+                return hints[param.name][0]
+            if param.choices is not None:
+                return param.choices[0]
+            assert isinstance(spec, (IntParam, FloatParam))
+            return param.normalize(spec.low)
+
+        def pick(param: ParamInfo) -> Value:
+            if param.name not in params:
+                filled[param.name] = fallback(param, None)
+                return filled[param.name]
+            old = params[param.name]
+            try:
+                return param.normalize(old)
+            except DomainError:
+                value = fallback(param, old)
+                replaced[param.name] = (old, value)
+                return value
+
+        config = self._walk(pick)
+        inactive = {n: v for n, v in params.items() if n in self._by_name and n not in config}
+        sampled = {p.name: config[p.name] for p in self.params if p.sampled and p.name in config}
+        hits = tuple(Violation(r.name, r.reason) for r in self.rules if self._holds(r.when, config))
+        return Translation(
+            params=sampled,
+            dropped=dropped,
+            replaced=replaced,
+            filled=filled,
+            inactive=inactive,
+            violations=hits,
+        )
+
     def baseline_config(self) -> TrialConfig:
         """The baseline as a complete configuration (with derived values)."""
         return self.complete(self.baseline_params())
@@ -352,3 +452,17 @@ class SearchSpace:
                     field=f"parameters.{param.name}.target",
                 ) from None
         return settings
+
+
+def _nearest(param: ParamInfo, number: float) -> Value:
+    """The value of a numeric ``param`` nearest to ``number`` (clamped, on the step)."""
+    spec = param.spec
+    assert isinstance(spec, (IntParam, FloatParam))
+    x = min(max(number, float(spec.low)), float(spec.high))
+    step = param.step
+    if step is not None:
+        x = float(spec.low) + float(step) * round((x - float(spec.low)) / float(step))
+        x = min(x, float(spec.high))  # the step divides the range: high is on the grid
+    if isinstance(spec, IntParam):
+        return param.normalize(int(round(x)))
+    return param.normalize(x)

@@ -28,6 +28,8 @@ class SpaceSummary:
     forbidden: int = 0
     baseline_valid: bool = False
     approx_size: float = 0.0
+    hints: tuple[tuple[str, object, float], ...] = ()
+    """(parameter, hinted value, strength) of every hinted parameter, in file order."""
 
     @property
     def parameters(self) -> int:
@@ -52,6 +54,12 @@ class SpaceSummary:
             f"{self.derived} derived",
             f"forbidden rules: {self.forbidden}",
             "baseline: " + ("valid" if self.baseline_valid else "none"),
+            "hints: "
+            + (
+                ", ".join(f"{n}={v!r} (strength {s:g})" for n, v, s in self.hints)
+                if self.hints
+                else "none"
+            ),
             f"configurations (upper bound): {size}",
         ]
 
@@ -73,6 +81,7 @@ def summarize(space: SearchSpace) -> SpaceSummary:
         forbidden=len(space.rules),
         baseline_valid=space.has_baseline,
         approx_size=size,
+        hints=tuple((name, value, strength) for name, (value, strength) in space.hints().items()),
     )
 
 

@@ -186,6 +186,25 @@ class WorkerSettings(BaseModel):
         return self
 
 
+class WarmStartSettings(BaseModel):
+    """Start a new study from an earlier one (``autotune run --warm-start-from STUDY``).
+
+    Before its first trial, the new study enqueues the earlier study's ``top`` best distinct
+    feasible configurations (ranked as ``autotune best`` ranks them) and carries its failed
+    launches as infeasible trials the sampler learns from, both translated to this study's
+    space (``autotune/study/warm_start.py``). Once only: resuming never repeats it.
+    ``storage``: where the earlier study is (a URL as ``--storage`` takes; default: the
+    ``--storage`` of the run, else the earlier study's own default
+    ``sqlite:///studies/STUDY.db``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    storage: str | None = Field(None, min_length=1)
+    top: int = Field(5, ge=0, le=100)
+
+
 class StudyDefinition(BaseModel):
     """One ``studies/NAME.yaml`` file."""
 
@@ -214,6 +233,9 @@ class StudyDefinition(BaseModel):
     """Configurations tried right after the baseline of a new study, each written as the
     baseline's changes (``{chunked_prefill: false, max_num_batched_tokens: 512}``): settings
     a colleague swears by, or one suspected to fail. Checked against the space on load."""
+
+    warm_start: WarmStartSettings | None = None
+    """Null (default): a new study starts from its baseline and ``enqueue:`` only."""
 
     source: Path | None = Field(None, exclude=True)
 

@@ -12,7 +12,8 @@ and scrubbed from commands, log tails, reasons and the servers' reported argumen
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -61,23 +62,36 @@ def finish_trial(
     """
     # Redact before truncating (to_attrs): a tail cut first could start inside a secret.
     outcome.record = redact_record(outcome.record)
-    ordered = [float(outcome.constraints.get(key, 0.0)) for key in constraint_keys]
     with batched_writes(study, trial_id_of(trial)):
         for key, value in outcome.record.to_attrs().items():
             trial.set_user_attr(key, value)
-        for key, value in zip(constraint_keys, ordered, strict=True):
-            if _CONSTRAINTS_KEY:
-                # What Trial.set_constraint stores, without its read-back of every attribute
-                # of the trial (twice per trial: 10 ms on the development VM).
-                storage_of(study).set_trial_system_attr(
-                    trial_id_of(trial), f"{_CONSTRAINTS_KEY}:{key}", value
-                )
-            else:
-                trial.set_constraint(key, value)
-        # optuna-dashboard reads constraints only from the old list-valued system attribute.
-        storage_of(study).set_trial_system_attr(trial_id_of(trial), "constraints", ordered)
+        if not _CONSTRAINTS_KEY:  # pragma: no cover - another Optuna layout
+            for key in constraint_keys:
+                trial.set_constraint(key, float(outcome.constraints.get(key, 0.0)))
+        for key, value in constraint_attrs(outcome.constraints, constraint_keys).items():
+            # What Trial.set_constraint stores, without its read-back of every attribute of
+            # the trial (twice per trial: 10 ms on the development VM).
+            storage_of(study).set_trial_system_attr(trial_id_of(trial), key, value)
     failpoint("storage.mid")
     study.tell(trial, outcome.values, state=TrialState.COMPLETE)
+
+
+def constraint_attrs(
+    constraints: Mapping[str, float], constraint_keys: Sequence[str]
+) -> dict[str, Any]:
+    """The trial system attributes that hold ``constraints`` (one per key, in
+    ``constraint_keys`` order, missing ones 0.0): Optuna's per-key constraint attributes,
+    and the list-valued ``constraints`` that optuna-dashboard reads. What
+    :func:`finish_trial` writes; a trial built with ``optuna.trial.create_trial`` (a warm
+    start's carried ones) takes them as its ``system_attrs``."""
+    ordered = [float(constraints.get(key, 0.0)) for key in constraint_keys]
+    attrs: dict[str, Any] = {}
+    if _CONSTRAINTS_KEY:
+        attrs = {
+            f"{_CONSTRAINTS_KEY}:{k}": v for k, v in zip(constraint_keys, ordered, strict=True)
+        }
+    attrs["constraints"] = ordered  # the old list form, for optuna-dashboard
+    return attrs
 
 
 def fail_trial(

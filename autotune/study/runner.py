@@ -37,13 +37,14 @@ from autotune.failures import Failure
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec
-from autotune.results import feasible
+from autotune.results import feasible, own_trials
 from autotune.space import SearchSpace, load_space
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.abort import AbortPolicy, make_abort_policy
 from autotune.study.claims import BASELINE_CLAIM, ClaimedElsewhere, claim, claim_config
 from autotune.study.context import StudyContext, close_phases
-from autotune.study.definition import StudyDefinition
+from autotune.study.definition import StudyDefinition, WarmStartSettings
+from autotune.study.hints import Hints
 from autotune.study.interrupts import INTERRUPT_PENDING, deferred_interrupts, sigterm_as_interrupt
 from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
@@ -57,12 +58,21 @@ from autotune.study.storage import (
     batching,
     check_study_name,
     create_or_load_study,
+    display_url,
+    has_trials,
     is_server_url,
     open_storage,
     retrying,
     storage_errors,
 )
 from autotune.study.store import TrialWriter
+from autotune.study.warm_start import (
+    WarmStartPlan,
+    apply_warm_start,
+    describe_done,
+    open_source,
+    plan_warm_start,
+)
 from autotune.study.workers import TRIAL_WORKER_ATTR, Worker, WorkerBusy, default_worker_name
 from autotune.trial import (
     FAULT_SCAN_LINES,
@@ -139,6 +149,7 @@ class Tuner:
         run_dir: Path | None = None,
         worker: str | None = None,
         deployment: Path | None = None,
+        warm_start: WarmStartSettings | None = None,
     ) -> None:
         self.definition = definition
         self.study_name = check_study_name(study_name)
@@ -163,7 +174,11 @@ class Tuner:
             seed=seed if seed is not None else definition.seed,
             grid=self.space.grid() if sampler_name == "grid" else None,
             multi_objective=len(self.objective.directions) > 1,
+            hints=Hints.from_space(self.space),
         )
+        self.warm_start = warm_start if warm_start is not None else definition.warm_start
+        """Where a new study starts from (``--warm-start-from``, the file's ``warm_start:``)."""
+        self._warm_plan = self._plan_warm_start(study_name, storage_url)
         self.storage = open_storage(storage_url, create=True)
         self.study = create_or_load_study(
             study_name,
@@ -281,6 +296,33 @@ class Tuner:
             }
         )
 
+    def _plan_warm_start(self, study_name: str, storage_url: str) -> WarmStartPlan | None:
+        """The warm start of a new study, read and translated before anything is created (a
+        missing earlier study is an error here); None without one, or when the study has
+        trials already (a warm start only seeds a new study)."""
+        settings = self.warm_start
+        if settings is None:
+            return None
+        source_url = settings.storage or storage_url
+        if settings.study == study_name and source_url == storage_url:
+            raise ConfigError(
+                f"study {study_name!r} cannot warm-start from itself", field="--warm-start-from"
+            )
+        if has_trials(storage_url, study_name):
+            return None
+        with storage_errors(source_url, f"reading study {settings.study!r}"):
+            source = open_source(settings.study, source_url)
+            return plan_warm_start(
+                source,
+                space=self.space,
+                top=settings.top,
+                storage=display_url(source_url),
+                enqueued=[
+                    *([self.space.baseline_params()] if self.space.has_baseline else []),
+                    *self._enqueue,
+                ],
+            )
+
     def _phase(self, name: str) -> None:
         self.progress.phase(name)
         self.worker.on_phase(name)
@@ -289,14 +331,30 @@ class Tuner:
         """The baseline is trial 0 of a new study, the study's ``enqueue:`` the next ones:
         enqueued by the first worker only."""
         if self.study.get_trials(deepcopy=False):
+            if self.warm_start is not None:
+                done = describe_done(self.study.user_attrs)
+                self.progress.message(
+                    f"study {self.study_name!r} {done}: not repeated"
+                    if done
+                    else f"warm start from {self.warm_start.study!r} not applied: study "
+                    f"{self.study_name!r} already has trials (a warm start seeds a new study)"
+                )
             return
         if claim(self.study, BASELINE_CLAIM, -1).won:
             self.study.enqueue_trial(self.space.baseline_params(), user_attrs={"is_baseline": True})
             for params in self._enqueue:
                 self.study.enqueue_trial(params)
+            if self._warm_plan is not None:
+                apply_warm_start(
+                    self.study,
+                    self._warm_plan,
+                    space=self.space,
+                    objective=self.objective,
+                    say=self.progress.message,
+                )
 
     def _index_known(self) -> None:
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        for trial in own_trials(self.study, states=(TrialState.COMPLETE,)):
             config = trial.user_attrs.get("config")
             if config is not None and trial.user_attrs.get("failure") != Failure.interrupted:
                 self._known.setdefault(self.space.config_key(config), trial.number)
@@ -315,7 +373,8 @@ class Tuner:
             self._incumbent = (throughput, number)
 
     def completed_count(self) -> int:
-        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        """This study's completed trials (carried warm-start trials are not its own)."""
+        return len(own_trials(self.study, states=(TrialState.COMPLETE,)))
 
     # ------------------------------------------------------------------ loop
 

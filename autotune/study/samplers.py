@@ -32,6 +32,7 @@ from autotune.failures import Failure
 from autotune.results import dominates, feasible
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.definition import SAMPLERS
+from autotune.study.hints import Hints, own_count, startup_sampler
 from autotune.study.screening import PairKey, pair_scores
 
 _QUIET_INDEPENDENT: dict[str, Any] = (
@@ -115,8 +116,9 @@ class LocalTPESampler(BaseSampler):
         seed: int | None = None,
         n_startup_trials: int = TPE_STARTUP_TRIALS,
         local_share: float = LOCAL_SHARE,
+        hints: Hints | None = None,
     ) -> None:
-        self._tpe = optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             seed=seed,
             multivariate=True,
             group=True,
@@ -124,6 +126,8 @@ class LocalTPESampler(BaseSampler):
             n_startup_trials=n_startup_trials,
             **_QUIET_INDEPENDENT,
         )
+        # The start-up trials (the space's hints, else the prior): autotune/study/hints.py.
+        self._tpe = startup_sampler(tpe, hints, seed=seed, n_startup_trials=n_startup_trials)
         self._n_startup_trials = n_startup_trials
         self._local_share = local_share
         self._base_seed = seed if seed is not None else _fresh_seed()
@@ -211,7 +215,8 @@ class LocalTPESampler(BaseSampler):
     ) -> tuple[dict[str, BaseDistribution], dict[str, Any]] | None:
         """A local move for this trial, or None to let TPE sample it."""
         trials = _finished(study)
-        if len(trials) < self._n_startup_trials or self._local_share <= 0:
+        # Trials a warm start carried are evidence, not the start-up's (autotune/study/hints.py).
+        if own_count(trials) < self._n_startup_trials or self._local_share <= 0:
             return None
         if trial.system_attrs.get("fixed_params"):  # enqueued (baseline, retry): not ours
             return None
@@ -730,6 +735,7 @@ def make_sampler(
     seed: int | None,
     grid: Mapping[str, Sequence[Any]] | None = None,
     multi_objective: bool = False,
+    hints: Hints | None = None,
 ) -> optuna.samplers.BaseSampler:
     """Build a sampler by name.
 
@@ -739,9 +745,11 @@ def make_sampler(
     trial; with several objectives the moves start from Pareto-optimal trials. ``grid`` is
     :class:`RandomOrderGridSampler` over ``grid``. ``gp`` (Optuna's GPSampler), ``catcma``
     and ``rfbo`` (random-forest BO) need an extra each (``autotune/study/extra_samplers.py``).
+    ``hints`` (the space's) shape the default sampler's start-up trials
+    (:mod:`autotune.study.hints`); the others ignore them.
     """
     if name == "tpe":
-        return LocalTPESampler(seed=seed)
+        return LocalTPESampler(seed=seed, hints=hints)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":

@@ -37,7 +37,14 @@ from rich.text import Text
 
 from autotune.errors import StorageError
 from autotune.failures import Failure
-from autotune.results import THROUGHPUT, best_estimate, feasible, format_estimate
+from autotune.results import (
+    THROUGHPUT,
+    WARM_START_ATTR,
+    best_estimate,
+    carried,
+    feasible,
+    format_estimate,
+)
 from autotune.study._optuna_compat import StudySnapshot, storage_of, study_id_of
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
@@ -134,6 +141,11 @@ class StudyStatus(BaseModel):
     study: str
     as_of: datetime
     trials: int
+    """The study's own trials (carried warm-start trials are not counted anywhere)."""
+    carried: int = 0
+    """Failed launches a warm start carried from earlier studies (evidence, not trials)."""
+    carried_from: list[str] = Field(default_factory=list)
+    """The studies they came from."""
     states: dict[str, int]
     """Trials by state: COMPLETE, RUNNING, WAITING, FAIL always; other states when present."""
     reused: int
@@ -174,9 +186,10 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
     system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
-    trials = study.get_trials(deepcopy=False)
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if not carried(t)]  # carried warm-start trials are not its own
     records, unreadable = parse_worker_records(system_attrs)
-    snapshot = StudySnapshot(study, trials, system_attrs)
+    snapshot = StudySnapshot(study, every, system_attrs)
     metric_names = snapshot.metric_names or [THROUGHPUT]
 
     states: Counter[str] = Counter({s: 0 for s in ("COMPLETE", "RUNNING", "WAITING", "FAIL")})
@@ -253,10 +266,15 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
                 running_s=_since(t.datetime_start, now, local_now),
             )
         )
+    sources = sorted(
+        {str(t.user_attrs[WARM_START_ATTR]).rsplit("#", 1)[0] for t in every if carried(t)}
+    )
     return StudyStatus(
         study=study.study_name,
         as_of=now,
         trials=len(trials),
+        carried=len(every) - len(trials),
+        carried_from=sources,
         states=dict(states),
         reused=reused,
         infeasible=infeasible,
@@ -412,6 +430,15 @@ def render_status(status: StudyStatus) -> RenderableType:
         more = len(status.duplicate_trials) - 5
         dup.append(f" (trials {shown}" + (f"; {more} more" if more > 0 else "") + ")")
     summary.add_row("duplicate configs measured", dup)
+    if status.carried:
+        summary.add_row(
+            "warm start",
+            Text.assemble(
+                f"{status.carried} failed launches carried from ",
+                _user(", ".join(status.carried_from)),
+                " (evidence for the sampler, not counted above)",
+            ),
+        )
     if status.best is not None:
         summary.add_row("best so far", f"trial #{status.best.trial}: {status.best.text}")
     elif status.best_error is not None:

@@ -274,6 +274,21 @@ def _lost_schema_race(exc: BaseException) -> bool:
     )
 
 
+def has_trials(url: str, name: str) -> bool:
+    """Study ``name`` exists in ``url`` and holds a trial; False when the database (an SQLite
+    file not created yet) or the study does not exist. Creates nothing in SQLite."""
+    path = _sqlite_path(url)
+    if path is not None and not path.exists():
+        return False
+    storage = open_storage(url, create=False)
+    with storage_errors(url, f"reading study {name!r}"):
+        try:
+            study_id = storage.get_study_id_from_name(name)
+        except KeyError:
+            return False
+        return storage.get_n_trials(study_id) > 0
+
+
 def load_study(name: str, storage: optuna.storages.BaseStorage) -> optuna.Study:
     """An existing study by name; StorageError listing the studies that do exist."""
     try:

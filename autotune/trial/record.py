@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
-``violations`` and ``engine_version`` added, every field typed here."""
+``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
+(a trial carried from an earlier study by a warm start, not one of this study's)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -90,6 +91,10 @@ class TrialRecord(BaseModel):
     aborted: str | None = None
     """Why the measure phase was cut short (clearly below the incumbent): the values are a
     partial estimate and the trial never wins unless re-measured."""
+    warm_start_from: str | None = None
+    """Set on a trial a warm start carried from an earlier study (``STUDY#N``: that study's
+    trial N, a launch that failed there): evidence for the sampler, never one of this
+    study's trials (counts, ``best``, the report, status, reuse and re-measurement skip it)."""
     extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """Stored keys this release does not know (a newer writer's): kept, written back."""
 

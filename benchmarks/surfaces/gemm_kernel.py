@@ -176,13 +176,19 @@ def _config(g: Mapping[str, np.ndarray], i: int) -> dict[str, Any]:
     return config
 
 
+def _outcomes(g: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """TFLOP/s of every grid row (-inf where it crashes, is wrong or is forbidden), and
+    that mask."""
+    out = score(**{k: (v.astype(bool) if k == "acc16" else v) for k, v in g.items()})
+    bad = out["out_of_resources"] | out["wrong_output"]
+    bad |= _forbidden(g["bm"], g["bn"], g["w"], g["strategy"], g["acc16"].astype(bool))
+    return np.where(bad, -math.inf, out["tflops"]), bad
+
+
 def true_optimum() -> tuple[float, dict[str, Any]]:
     """Best launchable, correct configuration, by exhaustive enumeration."""
     g = _grid()
-    out = score(**{k: (v.astype(bool) if k == "acc16" else v) for k, v in g.items()})
-    ok = ~(out["out_of_resources"] | out["wrong_output"])
-    ok &= ~_forbidden(g["bm"], g["bn"], g["w"], g["strategy"], g["acc16"].astype(bool))
-    values = np.where(ok, out["tflops"], -math.inf)
+    values, _ = _outcomes(g)
     i = int(np.argmax(values))
     return float(values[i]), _config(g, i)
 

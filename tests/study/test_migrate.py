@@ -550,7 +550,7 @@ def test_cli_migrate(source: Path, tmp_path: Path) -> None:
 
 def test_the_report_counts_trials_by_record_version(tmp_path: Path) -> None:
     """Each trial carries the version of the record its writer used: none (1) before the
-    typed record, 2 now; attributes that do not parse are counted, and copied as they are."""
+    typed record, 3 now; attributes that do not parse are counted, and copied as they are."""
     url = sqlite_url(tmp_path / "versions.db")
     study = optuna.create_study(study_name="v", storage=url, directions=OBJECTIVE.directions)
     for attrs in (
@@ -565,4 +565,4 @@ def test_the_report_counts_trials_by_record_version(tmp_path: Path) -> None:
     report = migrate_study(
         source_url=url, target_url=sqlite_url(tmp_path / "copy.db"), study_name="v"
     )
-    assert report.schema_versions == {"1": 1, "2": 1, "unreadable": 1}
+    assert report.schema_versions == {"1": 1, "3": 1, "unreadable": 1}

@@ -104,7 +104,7 @@ def test_a_failed_launch_keeps_its_class_reason_and_log(tmp_path: Path) -> None:
     assert record.is_baseline and set(record.services) == {"prefill", "decode", "router"}
     assert record.phase_seconds["restart"] >= 0.0 and "measure" in record.phase_seconds
     stored = outcome.attrs
-    assert stored["schema_version"] == 2 and stored["failure"] == "cuda_oom"
+    assert stored["schema_version"] == 3 and stored["failure"] == "cuda_oom"
     assert "metrics" not in stored  # nothing was measured
 
 
