@@ -6,19 +6,16 @@ them."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 import random
-import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import optuna
 import pytest
+from sampler_helpers import load_harness, quiet_optuna  # noqa: F401
 
 from autotune.space.loader import parse_space
 
@@ -26,25 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 ONE_OF_EACH = ("gen-easy-0", "gen-medium-0", "gen-hard-0")
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    optuna.logging.set_verbosity(verbosity)
+pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 
 @pytest.fixture(scope="module")
 def harness() -> ModuleType:
-    path = REPO / "benchmarks" / "sample_efficiency.py"
-    spec = importlib.util.spec_from_file_location("sample_efficiency", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_harness()
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,12 @@ import os
 import statistics
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+from sampler_helpers import load_harness, quiet_optuna  # noqa: F401
 
 from autotune.errors import ConfigError
 from autotune.space import SearchSpace
@@ -94,14 +93,7 @@ def _needs(name: str) -> None:
         pytest.skip(str(exc))
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    optuna.logging.set_verbosity(verbosity)
+pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 
 @pytest.fixture(scope="module")
@@ -160,17 +152,19 @@ SLOW_GP = [pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n for n in 
 
 
 @pytest.mark.parametrize("name", SLOW_GP)
-def test_thirty_trials_propose_valid_values_and_improve(space: SearchSpace, name: str) -> None:
+def test_a_run_proposes_valid_values_and_improves(space: SearchSpace, name: str) -> None:
     _needs(name)
-    study, configs, scores = _tune(space, name, seed=3)
+    budget = 22 if name == "gp" else 30  # gp: seconds per modelled trial; 12 of them here
+    study, configs, scores = _tune(space, name, seed=3, trials=budget)
     trials = study.trials
-    assert len(trials) == 30 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len(trials) == budget
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert configs[0] == dict(space.baseline_config())
     for trial, config in zip(trials, configs, strict=True):
         # every value in its domain, every lever active exactly when its `when` holds
         assert dict(space.complete(trial.params)) == config
         assert ("depth" in trial.params) == trial.params["fast_path"]
-    assert len({space.config_key(c) for c in configs}) >= 20  # it does not stall
+    assert len({space.config_key(c) for c in configs}) >= 2 * budget // 3  # it does not stall
     # The model beats its random start-up, and its proposals are better on average (random
     # search's trials 11-30 average what its first 10 do, about 30 on this surface).
     assert max(scores[10:]) > max(scores[:10])
@@ -180,7 +174,7 @@ def test_thirty_trials_propose_valid_values_and_improve(space: SearchSpace, name
 @pytest.mark.parametrize("name", SLOW_GP)
 def test_a_seed_repeats_the_run(space: SearchSpace, name: str) -> None:
     _needs(name)
-    trials = 16 if name == "gp" else 30  # gp: seconds per trial; 6 modelled ones suffice
+    trials = 12 if name == "gp" else 30  # gp: seconds per trial; 2 modelled ones suffice
     _, first, _ = _tune(space, name, seed=11, trials=trials)
     _, again, _ = _tune(space, name, seed=11, trials=trials)
     _, other, _ = _tune(space, name, seed=12, trials=trials)

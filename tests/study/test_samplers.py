@@ -4,12 +4,8 @@ on the bundled deployment's performance model (benchmarks/sample_efficiency.py).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
-import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +14,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
+from sampler_helpers import load_harness, quiet_optuna  # noqa: F401
 
 from autotune.errors import ConfigError
 from autotune.space import load_space
@@ -29,25 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    optuna.logging.set_verbosity(verbosity)
+pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 
 @pytest.fixture(scope="module")
 def harness() -> ModuleType:
-    path = REPO / "benchmarks" / "sample_efficiency.py"
-    spec = importlib.util.spec_from_file_location("sample_efficiency", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_harness()
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
