@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -213,7 +213,11 @@ def winner_candidates(
     if len(study.directions) > 1:
         front = {r.number for r in pareto_front(study)}
         estimates = [e for e in estimates if e.trial.number in front]
-    ranked = sorted(estimates, key=_rank)
+    return _distinct(sorted(estimates, key=_rank))
+
+
+def _distinct(ranked: Iterable[ConfigEstimate]) -> list[ConfigEstimate]:
+    """The first estimate of each distinct configuration, in ``ranked``'s order."""
     seen: set[str] = set()
     out = []
     for e in ranked:
@@ -634,21 +638,11 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
 
 def remeasure_candidates(study: optuna.Study, top_k: int) -> list[ConfigEstimate]:
     """The ``top_k`` distinct feasible, fully measured configurations by mean throughput."""
-    seen: set[str] = set()
     ranked = sorted(
         (e for e in config_estimates(study) if e.eligible),
         key=lambda e: (-e.mean, e.trial.number),
     )
-    out = []
-    for e in ranked:
-        key = _config_key(e)
-        if key and key in seen:
-            continue
-        seen.add(key)
-        out.append(e)
-        if len(out) >= top_k:
-            break
-    return out
+    return _distinct(ranked)[:top_k]
 
 
 def format_estimate(e: ConfigEstimate, unit: str = "tok/s") -> str:
