@@ -173,7 +173,8 @@ class ManagerContract:
         t0 = time.monotonic()
         with pytest.raises(LaunchError) as info:
             lau.apply({"svc": spec})
-        assert time.monotonic() - t0 < rig.fail_fast_s  # not at the 30 s readiness timeout
+        took = time.monotonic() - t0
+        assert took < rig.fail_fast_s, took  # not at the 30 s readiness timeout
         err = info.value
         assert err.service == "svc" and err.failure == "cuda_oom"
         assert err.reason.startswith(("exited with code 1: ", "exited: ", "fatal error while"))
@@ -188,7 +189,8 @@ class ManagerContract:
         t0 = time.monotonic()
         with pytest.raises(LaunchError) as info:
             lau.apply({"svc": spec})
-        assert time.monotonic() - t0 < rig.fail_fast_s
+        took = time.monotonic() - t0
+        assert took < rig.fail_fast_s, took
         assert info.value.failure == "nccl_error"
         assert info.value.reason == f"fatal error while starting (stopped): {NCCL_LINE}"
         assert wait_until(lambda: port_free(spec.port), timeout_s=5)
@@ -200,7 +202,8 @@ class ManagerContract:
         t0 = time.monotonic()
         with pytest.raises(LaunchError) as info:
             lau.apply({"svc": spec})
-        assert 1.0 <= time.monotonic() - t0 < 1.0 + rig.fail_fast_s
+        took = time.monotonic() - t0
+        assert 1.0 <= took < 1.0 + rig.fail_fast_s, took
         assert info.value.failure == "readiness_timeout"
         assert info.value.reason == f"not healthy after 1 s ({spec.health_url}: 503)"
         assert "listening=" in info.value.log_tail
