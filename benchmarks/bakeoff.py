@@ -118,15 +118,6 @@ def _reach(curve: Sequence[float], level: float) -> int | None:
     return None
 
 
-def _quartiles(values: Sequence[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=float)
-    return {
-        "median": float(np.median(arr)),
-        "q1": float(np.percentile(arr, 25)),
-        "q3": float(np.percentile(arr, 75)),
-    }
-
-
 def random_equivalent(random_curves: Sequence[Sequence[float]], target: float) -> int | None:
     """Smallest N at which random search's median best reaches ``target`` (None: not within
     its budget)."""
@@ -158,7 +149,7 @@ def summarize(results: Sequence[Mapping[str, Any]], names: Mapping[str, str]) ->
                     "not_reached": sum(n is None for n in reached),
                 }
             row["best_at"] = {
-                str(n): _quartiles([100.0 * r["curve"][n - 1] for r in runs])
+                str(n): se._spread([100.0 * r["curve"][n - 1] for r in runs])
                 for n in MARKS
                 if n <= budget
             }

@@ -300,7 +300,11 @@ def _generated(name: str) -> Any:
 
 
 def _generated_surface(name: str, objective_kind: str) -> Surface:
-    gen = _generated(name)
+    return surface_of(_generated(name), objective=objective_kind)
+
+
+def surface_of(gen: Any, *, objective: str = "throughput") -> Surface:
+    """A ``GeneratedSurface`` (``generate``, ``perturb``) as the harness's :class:`Surface`."""
 
     def evaluate(config: TrialConfig) -> Launch:
         result = gen.evaluate(config)
@@ -309,9 +313,9 @@ def _generated_surface(name: str, objective_kind: str) -> Surface:
         return Launch(throughput=result.value, tpot_ms=result.latency_ms)
 
     return Surface(
-        name=name,
+        name=gen.name,
         space=gen.space,
-        objective=Objective(kind=objective_kind, slo=SLOSettings()),
+        objective=Objective(kind=objective, slo=SLOSettings()),
         evaluate=evaluate,
         optimum=gen.optimum,
         optimum_config=dict(gen.optimum_config),

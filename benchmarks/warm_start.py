@@ -61,6 +61,7 @@ from sample_efficiency import (  # noqa: E402
     best_at,
     load_surface,
     run_one,
+    surface_of,
     trials_to,
 )
 
@@ -68,8 +69,6 @@ from autotune.failures import Failure  # noqa: E402
 from autotune.results import ranked_estimates  # noqa: E402
 from autotune.space import SearchSpace, TrialConfig  # noqa: E402
 from autotune.space.model import FloatParam, IntParam, choice_key  # noqa: E402
-from autotune.study.definition import SLOSettings  # noqa: E402
-from autotune.study.objectives import Objective  # noqa: E402
 from autotune.study.warm_start import apply_warm_start, plan_warm_start  # noqa: E402
 
 SURFACES = ("gemm-kernel", "vllm-serving")
@@ -176,27 +175,6 @@ def _load_file(path: str, name: str) -> Any:
     return module
 
 
-def _adapt(generated: Any) -> Surface:
-    """A surface of ``benchmarks/surfaces/generated.py`` (``generate``/``perturb``) as the
-    harness's :class:`Surface`."""
-
-    def evaluate(config: TrialConfig) -> Launch:
-        result = generated.evaluate(config)
-        if result.failure is not None:
-            return Launch(failure=result.failure, reason=result.reason)
-        return Launch(throughput=result.value, tpot_ms=result.latency_ms)
-
-    return Surface(
-        name=generated.name,
-        space=generated.space,
-        objective=Objective(kind="throughput", slo=SLOSettings()),
-        evaluate=evaluate,
-        optimum=float(generated.optimum),
-        optimum_config=dict(generated.optimum_config),
-        description=generated.description,
-    )
-
-
 def surfaces_for(name: str, seed: int, generated: str | None) -> tuple[Surface, Surface]:
     """(the surface, its upgrade) for one seed. ``gen-LEVEL`` names take both from the
     generator file ``generated`` (``generate(seed, level=)``, ``perturb(surface, seed)``);
@@ -206,7 +184,7 @@ def surfaces_for(name: str, seed: int, generated: str | None) -> tuple[Surface, 
             raise SystemExit(f"{name}: give --generated PATH/generated.py")
         module = _load_file(generated, "generated_surfaces")
         base = module.generate(seed, level=name.removeprefix("gen-"))
-        return _adapt(base), _adapt(module.perturb(base, seed))
+        return surface_of(base), surface_of(module.perturb(base, seed))
     base = _product_failures(load_surface(name))
     return base, _product_failures(perturb(base, seed))
 
