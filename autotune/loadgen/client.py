@@ -24,7 +24,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from json.scanner import c_make_scanner  # type: ignore[attr-defined]
-from time import perf_counter
+from time import perf_counter, thread_time
 from typing import Any
 
 import httpx
@@ -43,8 +43,9 @@ from autotune.loadgen._http import (
     snippet,
     unreachable,
 )
+from autotune.loadgen.arrivals import ArrivalSchedule
 from autotune.loadgen.estimate import LiveEstimate, ThroughputTracker
-from autotune.loadgen.metrics import Metrics, compute_metrics
+from autotune.loadgen.metrics import Metrics, compute_metrics, with_client_load
 from autotune.loadgen.records import RequestRecord
 from autotune.loadgen.spec import LoadSpec
 from autotune.loadgen.sse import SSEParser
@@ -315,6 +316,7 @@ async def _request(
     base: str,
     tracker: ThroughputTracker | None,
     require_done: bool = True,
+    due: float | None = None,
 ) -> RequestRecord:
     att = _Attempt()
     stream = _Stream(att, chat, tracker, require_done=require_done)
@@ -339,6 +341,7 @@ async def _request(
     return RequestRecord.model_construct(
         index=index,
         send_time=send,
+        due_time=due,
         end_time=end,
         chunk_times=att.chunk_times,
         prompt_tokens=att.prompt_tokens,
@@ -355,20 +358,21 @@ class _WarmupFailed(Exception):
         self.record = record
 
 
-Send = Callable[[int, int], Awaitable[RequestRecord]]
+Send = Callable[[int, int, "float | None"], Awaitable[RequestRecord]]
+"""Dispatch request ``index`` on connection ``conn``; ``due``: when the open loop's schedule
+wanted it sent (``None`` in a closed loop)."""
 
 
-class _ClosedLoop:
-    """C workers sharing one dispatch counter; records land in completion order.
+class _Loop:
+    """Shared state of a phase: records, stop rules, the failure streak, the end event.
 
-    Ends when every worker has stopped dispatching and finished its request, when the hard
-    deadline passes (in-flight requests cancelled), or at once when the live estimate's
-    ``abort_if`` says so.
+    A subclass starts its tasks in :meth:`_start`; the phase ends when every task has
+    finished (``_live`` reaches 0), when the hard deadline passes (in-flight requests
+    cancelled), or at once when the live estimate's ``abort_if`` says so.
     """
 
     def __init__(
         self,
-        send: Send,
         *,
         count: int | None,
         dispatch_until: float | None,
@@ -376,7 +380,6 @@ class _ClosedLoop:
         failure_streak: int,
         on_record: Callable[[RequestRecord], None] | None,
     ) -> None:
-        self.send = send
         self.count = count
         self.dispatch_until = dispatch_until
         self.abort_on_error = abort_on_error
@@ -391,33 +394,44 @@ class _ClosedLoop:
         self.error: BaseException | None = None
         self._end = asyncio.Event()
         self._live = 0
+        self._tasks: set[asyncio.Future[None]] = set()
 
     def end(self) -> None:
         self._end.set()
 
-    async def worker(self, worker_id: int) -> None:
+    def _dispatching(self) -> bool:
+        """Whether another request may be dispatched (stop rules not reached)."""
+        if self.stop_reason is not None or self.stop_dispatch:
+            return False
+        if self.count is not None and self.next_index >= self.count:
+            return False
+        return self.dispatch_until is None or perf_counter() < self.dispatch_until
+
+    def _settle(self, record: RequestRecord) -> None:
+        """Keep a finished request and apply the failure rules."""
+        self.records.append(record)
+        if record.ok:
+            self.streak = 0
+        else:
+            if self.abort_on_error:
+                raise _WarmupFailed(record)
+            self.streak += 1
+            if self.streak >= self.failure_streak and self.stop_reason is None:
+                self.stop_reason = f"stopped after {self.streak} consecutive failed requests"
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        self._live += 1
+        task = asyncio.ensure_future(self._guarded(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, coro: Awaitable[None]) -> None:
         try:
-            while self.stop_reason is None and not self.stop_dispatch:
-                if self.count is not None and self.next_index >= self.count:
-                    return
-                if self.dispatch_until is not None and perf_counter() >= self.dispatch_until:
-                    return
-                index = self.next_index
-                self.next_index += 1
-                record = await self.send(index, worker_id)
-                self.records.append(record)
-                if record.ok:
-                    self.streak = 0
-                else:
-                    if self.abort_on_error:
-                        raise _WarmupFailed(record)
-                    self.streak += 1
-                    if self.streak >= self.failure_streak and self.stop_reason is None:
-                        self.stop_reason = (
-                            f"stopped after {self.streak} consecutive failed requests"
-                        )
-                if self.on_record is not None:
-                    self.on_record(record)
+            await coro
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:  # noqa: BLE001 - handed to run(), which re-raises it
             if self.error is None:
                 self.error = exc
@@ -427,9 +441,11 @@ class _ClosedLoop:
             if self._live <= 0:
                 self._end.set()
 
+    def _start(self) -> None:
+        raise NotImplementedError
+
     async def run(
         self,
-        workers: int,
         *,
         hard_deadline: float,
         cap_reason: str,
@@ -441,15 +457,16 @@ class _ClosedLoop:
         ``stop_reason``. ``ticker`` runs alongside (the live estimate) and is cancelled
         at the end.
         """
-        self._live = workers
-        tasks = [asyncio.ensure_future(self.worker(w)) for w in range(workers)]
+        self._start()
         side = asyncio.ensure_future(self._guard(ticker)) if ticker is not None else None
         capped = False
         try:
-            await asyncio.wait_for(self._end.wait(), max(hard_deadline - perf_counter(), 0.0))
+            if self._live > 0:
+                await asyncio.wait_for(self._end.wait(), max(hard_deadline - perf_counter(), 0.0))
         except asyncio.TimeoutError:
             capped = self.aborted is None
         finally:
+            tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()  # in-flight requests: cancelled, never recorded
             if side is not None:
@@ -470,6 +487,99 @@ class _ClosedLoop:
             self._end.set()
 
 
+class _ClosedLoop(_Loop):
+    """C workers sharing one dispatch counter; records land in completion order."""
+
+    def __init__(self, send: Send, *, workers: int, **rules: Any) -> None:
+        super().__init__(**rules)
+        self.send = send
+        self.workers = workers
+
+    def _start(self) -> None:
+        for w in range(self.workers):
+            self._spawn(self._worker(w))
+
+    async def _worker(self, worker_id: int) -> None:
+        while self._dispatching():
+            index = self.next_index
+            self.next_index += 1
+            self._settle(await self.send(index, worker_id, None))
+
+
+class _OpenLoop(_Loop):
+    """Requests dispatched when the arrival schedule says, whether or not earlier ones
+    have finished (``max_concurrency`` caps how many are in flight; a request waiting for
+    a slot is due when the slot frees). Each in-flight request holds one pooled
+    keep-alive connection.
+
+    Timing: the dispatcher sleeps until ``SPIN_S`` before a request is due, then yields to
+    the event loop until it is: asyncio's timers wake up to a millisecond late (epoll's
+    resolution), which the send lag would otherwise show.
+    """
+
+    SPIN_S = 0.002
+
+    def __init__(
+        self,
+        send: Send,
+        *,
+        schedule: ArrivalSchedule,
+        start: float,
+        max_concurrency: int | None,
+        **rules: Any,
+    ) -> None:
+        super().__init__(**rules)
+        self.send = send
+        self.schedule = schedule
+        self.start = start
+        self.slots = None if max_concurrency is None else asyncio.Semaphore(max_concurrency)
+        self._idle: list[int] = []
+        self.connections = 0
+        """Connections opened so far (the most requests in flight at once)."""
+
+    def _start(self) -> None:
+        self._spawn(self._dispatch())
+
+    async def _dispatch(self) -> None:
+        loop_time = perf_counter
+        while self._dispatching():
+            index = self.next_index
+            due = self.start + self.schedule.offset(index)
+            if self.dispatch_until is not None and due >= self.dispatch_until:
+                return
+            wait = due - loop_time() - self.SPIN_S
+            if wait > 0:
+                await asyncio.sleep(wait)
+            while loop_time() < due:
+                await asyncio.sleep(0)
+            if self.slots is not None:
+                if self.slots.locked():
+                    await self.slots.acquire()
+                    due = loop_time()  # due again once a slot freed
+                else:
+                    await self.slots.acquire()
+            if not self._dispatching():  # a stop rule fired while it waited
+                if self.slots is not None:
+                    self.slots.release()
+                return
+            self.next_index += 1
+            conn = self._idle.pop() if self._idle else self._open()
+            self._spawn(self._one(index, conn, due))
+
+    def _open(self) -> int:
+        self.connections += 1
+        return self.connections - 1
+
+    async def _one(self, index: int, conn: int, due: float) -> None:
+        try:
+            record = await self.send(index, conn, due)
+        finally:
+            self._idle.append(conn)
+            if self.slots is not None:
+                self.slots.release()
+        self._settle(record)
+
+
 class _Adaptive:
     """The measure phase's live estimate: target-CI stop and ``abort_if``."""
 
@@ -477,7 +587,7 @@ class _Adaptive:
         self,
         spec: LoadSpec,
         tracker: ThroughputTracker,
-        loop: _ClosedLoop,
+        loop: _Loop,
         abort_if: AbortRule | None,
     ) -> None:
         self.spec = spec
@@ -521,6 +631,164 @@ class _Adaptive:
                     return
 
 
+class LoadSession:
+    """One server, a series of phases: model lookup, warm-up, then measure phases.
+
+    A capacity search or a latency-throughput sweep measures several loads on the running
+    server; they share the keep-alive connections, the model name and the prompt stream
+    (each phase sends the prompts after the previous phase's, so a prefix cache does not
+    see the same requests twice). ``deadline`` (``time.monotonic()``) caps every phase.
+    Use as ``async with LoadSession(url, spec) as session``.
+    """
+
+    def __init__(self, url: str, spec: LoadSpec, *, deadline: float | None = None) -> None:
+        self.base = base_url(url)
+        self.spec = spec
+        self.limit = Deadline(deadline)
+        self.target = Endpoint(self.base)
+        self._conns: list[WorkerConnection] = []
+        self._bodies: _Bodies | None = None
+        self._tracker: ThroughputTracker | None = None
+        self.model = ""
+
+    async def __aenter__(self) -> LoadSession:
+        spec = self.spec
+        conn = self._conn(0)
+        self.model = spec.model or await _resolve_model(
+            conn, self.target, self.base, spec.request_timeout_s, self.limit
+        )
+        self._bodies = _Bodies(spec, self.model)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for conn in self._conns:
+            conn.close()
+        await asyncio.sleep(0)  # let the transports close their sockets now
+
+    def _conn(self, i: int) -> WorkerConnection:
+        while len(self._conns) <= i:
+            timeout = min(self.spec.request_timeout_s, _CONNECT_TIMEOUT_S)
+            self._conns.append(WorkerConnection(self.target, connect_timeout_s=timeout))
+        return self._conns[i]
+
+    def _sender(self, spec: LoadSpec) -> Send:
+        path = endpoint(spec.api)
+        chat = spec.api == "chat"
+
+        def send(index: int, conn: int, due: float | None) -> Awaitable[RequestRecord]:
+            assert self._bodies is not None
+            body = self._bodies.next()
+            return _request(
+                self._conn(conn),
+                self.target.request_head("POST", path, _STREAM_HEADERS, len(body)) + body,
+                index=index,
+                timeout_s=spec.request_timeout_s,
+                chat=chat,
+                base=self.base,
+                tracker=self._tracker,
+                require_done=spec.require_done,
+                due=due,
+            )
+
+        return send
+
+    async def warm_up(self, *, on_phase: PhaseCallback | None = None) -> float:
+        """The session's discarded warm-up requests; seconds taken."""
+        return await _warm_up(self.spec, self._sender(self.spec), self.base, self.limit, on_phase)
+
+    async def measure(
+        self,
+        spec: LoadSpec | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+        abort_if: AbortRule | None = None,
+    ) -> BenchResult:
+        """One measure phase of ``spec`` (the session's own by default); see :func:`arun_load`."""
+        spec = spec or self.spec
+        base, limit = self.base, self.limit
+        total = spec.requests or 0
+        adaptive = spec.target_rel_ci is not None
+        t0 = perf_counter()
+        cpu0 = thread_time()
+        tracker = self._tracker = (
+            ThroughputTracker(t0) if adaptive or abort_if is not None else None
+        )
+
+        def on_record(record: RequestRecord) -> None:
+            if tracker is not None:
+                tracker.finish(record)
+            if on_progress is not None:
+                on_progress(len(loop.records), total)
+
+        rules: dict[str, Any] = {
+            "count": None if adaptive else spec.requests,
+            "dispatch_until": None if spec.duration_s is None else t0 + spec.duration_s,
+            "abort_on_error": False,
+            "failure_streak": max(4 * (spec.max_concurrency or spec.concurrency), 64),
+            "on_record": on_record,
+        }
+        loop: _Loop
+        if spec.request_rate is None:
+            loop = _ClosedLoop(self._sender(spec), workers=spec.streams, **rules)
+        else:
+            schedule = ArrivalSchedule(
+                rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed
+            )
+            loop = _OpenLoop(
+                self._sender(spec),
+                schedule=schedule,
+                start=t0,
+                max_concurrency=spec.max_concurrency,
+                **rules,
+            )
+        live = None if tracker is None else _Adaptive(spec, tracker, loop, abort_if)
+        cap = t0 + spec.max_duration_s
+        by_deadline = limit.at is not None and limit.at < cap
+        reason = "trial deadline reached" if by_deadline else "max_duration_s reached"
+        try:
+            await loop.run(
+                hard_deadline=limit.earliest(cap),
+                cap_reason=reason,
+                ticker=None if live is None else live.tick,
+            )
+        finally:
+            self._tracker = None
+        records = loop.records
+        measure_seconds = perf_counter() - t0
+        cpu_share = (thread_time() - cpu0) / measure_seconds if measure_seconds > 0 else None
+        estimate = None if live is None else live.update()
+
+        if not records:
+            within = f"within max_duration_s={spec.max_duration_s:g}"
+            if by_deadline:
+                within = "before the trial deadline"
+            if loop.aborted is not None:
+                raise BenchError(
+                    f"no request to {base} completed before the measure phase was aborted "
+                    f"({loop.aborted})"
+                )
+            raise BenchTimeout(f"no request to {base} completed {within}")
+        failures = [r for r in records if not r.ok]
+        if len(failures) == len(records):
+            raise (BenchTimeout if all(map(_unanswered, records)) else BenchError)(
+                f"all {len(records)} measured requests to {base} failed; first error: "
+                f"{failures[0].error}"
+            )
+        duration = max(r.end_time for r in records) - min(r.send_time for r in records)
+        metrics = compute_metrics(records, duration_s=duration, slo=spec.slo)
+        metrics = with_client_load(metrics, spec, cpu_share=cpu_share)
+        return BenchResult(
+            records=records,
+            metrics=metrics,
+            warmup_seconds=0.0,
+            measure_seconds=measure_seconds,
+            model=self.model,
+            stop_reason=loop.stop_reason,
+            aborted=loop.aborted,
+            estimate=estimate,
+        )
+
+
 async def arun_load(
     url: str,
     spec: LoadSpec,
@@ -546,106 +814,17 @@ async def arun_load(
     bounded time whatever the server does. Raises :class:`BenchError` (and nothing else
     for any server behaviour) when the server is unreachable, warm-up fails, or nothing
     succeeded.
+
+    Closed loop (``request_rate`` unset): ``spec.streams`` workers, each sending its next
+    request when its last one finished. Open loop: requests sent on the arrival schedule
+    (:mod:`autotune.loadgen.arrivals`), at most ``max_concurrency`` in flight if set.
     """
-    base = base_url(url)
-    limit = Deadline(deadline)
-    c = spec.concurrency
-    rt = spec.request_timeout_s
-    target = Endpoint(base)
-    path = endpoint(spec.api)
-    chat = spec.api == "chat"
-    conns = [
-        WorkerConnection(target, connect_timeout_s=min(rt, _CONNECT_TIMEOUT_S)) for _ in range(c)
-    ]
-    tracker: ThroughputTracker | None = None
-    bodies: _Bodies | None = None
-
-    def send(index: int, worker: int) -> Awaitable[RequestRecord]:
-        assert bodies is not None
-        body = bodies.next()
-        return _request(
-            conns[worker],
-            target.request_head("POST", path, _STREAM_HEADERS, len(body)) + body,
-            index=index,
-            timeout_s=rt,
-            chat=chat,
-            base=base,
-            tracker=tracker,
-            require_done=spec.require_done,
-        )
-
-    try:
-        model = spec.model or await _resolve_model(conns[0], target, base, rt, limit)
-        bodies = _Bodies(spec, model)
-        warmup_seconds = await _warm_up(spec, send, base, limit, on_phase)
+    async with LoadSession(url, spec, deadline=deadline) as session:
+        warmup_seconds = await session.warm_up(on_phase=on_phase)
         if on_phase:
             on_phase("measure")
-        total = spec.requests or 0
-        adaptive = spec.target_rel_ci is not None
-        t0 = perf_counter()
-        if adaptive or abort_if is not None:
-            tracker = ThroughputTracker(t0)
-
-        def on_record(record: RequestRecord) -> None:
-            if tracker is not None:
-                tracker.finish(record)
-            if on_progress is not None:
-                on_progress(len(loop.records), total)
-
-        loop = _ClosedLoop(
-            send,
-            count=None if adaptive else spec.requests,
-            dispatch_until=None if spec.duration_s is None else t0 + spec.duration_s,
-            abort_on_error=False,
-            failure_streak=max(4 * c, 64),
-            on_record=on_record,
-        )
-        live = None if tracker is None else _Adaptive(spec, tracker, loop, abort_if)
-        cap = t0 + spec.max_duration_s
-        by_deadline = limit.at is not None and limit.at < cap
-        reason = "trial deadline reached" if by_deadline else "max_duration_s reached"
-        await loop.run(
-            spec.streams,
-            hard_deadline=limit.earliest(cap),
-            cap_reason=reason,
-            ticker=None if live is None else live.tick,
-        )
-        records = loop.records
-        measure_seconds = perf_counter() - t0
-        estimate = None if live is None else live.update()
-    finally:
-        for conn in conns:
-            conn.close()
-        await asyncio.sleep(0)  # let the transports close their sockets now
-
-    if not records:
-        within = f"within max_duration_s={spec.max_duration_s:g}"
-        if by_deadline:
-            within = "before the trial deadline"
-        if loop.aborted is not None:
-            raise BenchError(
-                f"no request to {base} completed before the measure phase was aborted "
-                f"({loop.aborted})"
-            )
-        raise BenchTimeout(f"no request to {base} completed {within}")
-    failures = [r for r in records if not r.ok]
-    if len(failures) == len(records):
-        raise (BenchTimeout if all(map(_unanswered, records)) else BenchError)(
-            f"all {len(records)} measured requests to {base} failed; first error: "
-            f"{failures[0].error}"
-        )
-    duration = max(r.end_time for r in records) - min(r.send_time for r in records)
-    metrics = compute_metrics(records, duration_s=duration, slo=spec.slo)
-    return BenchResult(
-        records=records,
-        metrics=metrics,
-        warmup_seconds=warmup_seconds,
-        measure_seconds=measure_seconds,
-        model=model,
-        stop_reason=loop.stop_reason,
-        aborted=loop.aborted,
-        estimate=estimate,
-    )
+        result = await session.measure(on_progress=on_progress, abort_if=abort_if)
+    return result.model_copy(update={"warmup_seconds": warmup_seconds})
 
 
 async def _warm_up(
@@ -655,7 +834,9 @@ async def _warm_up(
     limit: Deadline,
     on_phase: PhaseCallback | None,
 ) -> float:
-    """Run the discarded warm-up requests; seconds taken. Any failure raises BenchError."""
+    """Run the discarded warm-up requests (a closed loop, also before an open-loop
+    measurement: it only has to compile and fill caches); seconds taken. Any failure
+    raises BenchError."""
     n_warm = spec.warmup_requests or 0
     if not n_warm:
         return 0.0
@@ -664,6 +845,7 @@ async def _warm_up(
     t0 = perf_counter()
     warm = _ClosedLoop(
         send,
+        workers=min(spec.max_concurrency or spec.concurrency, n_warm),
         count=n_warm,
         dispatch_until=None,
         abort_on_error=True,
@@ -672,11 +854,7 @@ async def _warm_up(
     )
     cap = t0 + spec.max_duration_s
     try:
-        capped = await warm.run(
-            min(spec.concurrency, n_warm),
-            hard_deadline=limit.earliest(cap),
-            cap_reason="warm-up cap",
-        )
+        capped = await warm.run(hard_deadline=limit.earliest(cap), cap_reason="warm-up cap")
     except _WarmupFailed as exc:
         error = BenchTimeout if _unanswered(exc.record) else BenchError
         raise error(f"warm-up request to {base} failed: {exc.record.error}") from None

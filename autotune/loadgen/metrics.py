@@ -17,8 +17,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from autotune.loadgen.records import RequestRecord
-from autotune.loadgen.spec import SLO
+from autotune.loadgen.spec import SLO, LoadSpec
 
+CLIENT_BOUND_CPU = 0.9
+"""Event-loop CPU share above which the client is reported as the possible bottleneck."""
+CLIENT_BOUND_LAG_S = 0.002
+CLIENT_BOUND_LAG_GAPS = 0.25
+"""Open loop: a p99 send lag above max(2 ms, a quarter of the mean arrival gap) means the
+client could not keep the schedule."""
 RSE_BINS = 10
 """Time bins of the batch-means estimate of the throughput's relative standard error."""
 _MAX_ERROR_KINDS = 10
@@ -83,6 +89,14 @@ class Metrics(BaseModel):
     noise estimate, ``None`` when too few samples."""
     errors: dict[str, int]
     """Most frequent error messages (truncated) and their counts."""
+    send_lag_ms: LatencyStats | None = None
+    """Open loop: how late requests left the client against their schedule (wall clock,
+    never rescaled: a property of the client, not of the modeled hardware)."""
+    client_cpu_share: float | None = None
+    """CPU time of the load generator's event-loop thread / measure time (1.0 = one core
+    saturated)."""
+    client_bound: str | None = None
+    """Why the client, not the server, may have limited these figures; ``None`` if not."""
 
 
 def latency_stats(values_s: Iterable[float], percentiles: Sequence[float]) -> LatencyStats:
@@ -197,6 +211,38 @@ def compute_metrics(
         usage_missing=sum(1 for r in ok if r.usage_missing),
         output_throughput_rse=_throughput_rse(ok, start, duration),
         errors=dict(errors.most_common(_MAX_ERROR_KINDS)),
+        send_lag_ms=_send_lag(records, ps),
+    )
+
+
+def _send_lag(
+    records: Sequence[RequestRecord], percentiles: Sequence[float]
+) -> LatencyStats | None:
+    lags = [lag for r in records if (lag := r.send_lag_s) is not None]
+    return latency_stats(lags, percentiles) if lags else None
+
+
+def with_client_load(metrics: Metrics, spec: LoadSpec, *, cpu_share: float | None) -> Metrics:
+    """``metrics`` with the client's CPU share and, when the client may have been the
+    bottleneck, the reason (the figures then say less about the server)."""
+    reasons = []
+    if cpu_share is not None and cpu_share >= CLIENT_BOUND_CPU:
+        reasons.append(
+            f"the load generator's event loop was busy {cpu_share:.0%} of the measure phase"
+        )
+    lag = metrics.send_lag_ms
+    if lag is not None and lag.p99 is not None and spec.request_rate is not None:
+        limit_s = max(CLIENT_BOUND_LAG_S, CLIENT_BOUND_LAG_GAPS / spec.request_rate)
+        if lag.p99 > limit_s * 1000.0:
+            reasons.append(
+                f"p99 send lag {lag.p99:.1f} ms > {limit_s * 1000:.1f} ms: the client did "
+                f"not keep the arrival schedule of {spec.request_rate:g} req/s"
+            )
+    return metrics.model_copy(
+        update={
+            "client_cpu_share": cpu_share,
+            "client_bound": "; ".join(reasons) or None,
+        }
     )
 
 

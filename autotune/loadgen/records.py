@@ -19,6 +19,9 @@ class RequestRecord(BaseModel):
     index: int
     """Dispatch order within its phase."""
     send_time: float
+    due_time: float | None = None
+    """Open loop: when the arrival schedule (or a freed ``max_concurrency`` slot) made the
+    request due; ``send_time - due_time`` is the client's send lag. ``None`` in a closed loop."""
     end_time: float
     """When the stream finished (``[DONE]`` read), failed or timed out."""
     chunk_times: list[float] = Field(default_factory=list)
@@ -38,6 +41,10 @@ class RequestRecord(BaseModel):
     @property
     def latency_s(self) -> float:
         return self.end_time - self.send_time
+
+    @property
+    def send_lag_s(self) -> float | None:
+        return None if self.due_time is None else self.send_time - self.due_time
 
     @property
     def first_chunk_time(self) -> float | None:

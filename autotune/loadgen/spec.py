@@ -45,7 +45,14 @@ class SLO(BaseModel):
 
 
 class LoadSpec(BaseModel):
-    """A closed-loop benchmark: C workers, each sends its next request when one finishes.
+    """A benchmark: closed loop at ``concurrency``, or open loop at ``request_rate``.
+
+    Closed loop (``request_rate`` unset): C workers, each sends its next request when its
+    last one finished, so the server never sees more than C. Open loop: requests arrive on
+    a Poisson (``burstiness`` 1) or gamma schedule at ``request_rate`` req/s whether or not
+    earlier ones have finished, at most ``max_concurrency`` in flight if set (SGLang
+    ``bench_serving`` / ``vllm bench serve`` ``--request-rate --burstiness
+    --max-concurrency``); ``concurrency`` then only sizes the warm-up.
 
     Stop rule: exactly one of ``requests`` (measured count) or ``duration_s`` (stop
     dispatching after that many seconds, let in-flight requests finish). ``max_duration_s``
@@ -62,6 +69,12 @@ class LoadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     concurrency: int = Field(default=16, ge=1, le=65536)
+    request_rate: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    """Open loop: mean arrivals per second (wall clock of the server measured)."""
+    burstiness: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+    """Gamma shape of the inter-arrival times: 1 Poisson, < 1 burstier, > 1 more regular."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=65536)
+    """Open loop: requests in flight at most; a due request waits for a slot."""
     input_len: int = Field(default=256, ge=1, le=MAX_TOKENS)
     output_len: int = Field(default=32, ge=1, le=MAX_TOKENS)
     warmup_requests: int | None = Field(default=None, ge=0, le=MAX_REQUESTS)
@@ -94,9 +107,13 @@ class LoadSpec(BaseModel):
     _given: frozenset[str] = PrivateAttr(default=frozenset())
 
     @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
+
+    @property
     def streams(self) -> int:
-        """Requests in flight during the measure phase (the closed loop's workers): the
-        concurrency, or fewer when a fixed count of requests is smaller."""
+        """The closed loop's workers: the concurrency, or fewer when a fixed count of
+        requests is smaller (an open loop's in-flight count is the server's business)."""
         if self.requests is None or self.target_rel_ci is not None:
             return self.concurrency
         return min(self.concurrency, self.requests)
