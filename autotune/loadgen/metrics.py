@@ -89,6 +89,9 @@ class Metrics(BaseModel):
     noise estimate, ``None`` when too few samples."""
     errors: dict[str, int]
     """Most frequent error messages (truncated) and their counts."""
+    arrival_rate: float | None = None
+    """Open loop: requests/s the schedule actually offered, (n - 1) / (last due - first due)
+    over every dispatched request (the nominal rate's Poisson draw)."""
     send_lag_ms: LatencyStats | None = None
     """Open loop: how late requests left the client against their schedule (wall clock,
     never rescaled: a property of the client, not of the modeled hardware)."""
@@ -211,8 +214,16 @@ def compute_metrics(
         usage_missing=sum(1 for r in ok if r.usage_missing),
         output_throughput_rse=_throughput_rse(ok, start, duration),
         errors=dict(errors.most_common(_MAX_ERROR_KINDS)),
+        arrival_rate=_arrival_rate(records),
         send_lag_ms=_send_lag(records, ps),
     )
+
+
+def _arrival_rate(records: Sequence[RequestRecord]) -> float | None:
+    due = [r.due_time for r in records if r.due_time is not None]
+    if len(due) < 2 or max(due) <= min(due):
+        return None
+    return (len(due) - 1) / (max(due) - min(due))
 
 
 def _send_lag(
@@ -279,6 +290,7 @@ def rescale_time(metrics: Metrics, factor: float) -> Metrics:
             "output_throughput": metrics.output_throughput / factor,
             "total_throughput": metrics.total_throughput / factor,
             "request_throughput": metrics.request_throughput / factor,
+            "arrival_rate": None if metrics.arrival_rate is None else metrics.arrival_rate / factor,
             "goodput": metrics.goodput / factor,
             "duration_s": metrics.duration_s * factor,
             "ttft_ms": stats(metrics.ttft_ms),

@@ -44,6 +44,9 @@ class Behaviour:
     delay_spread: float = 0.0
     """Noise: each request's chunk delay is ``chunk_delay_s * exp(N(0, delay_spread))``."""
     seed: int = 0
+    slots: int = 0
+    """> 0: at most this many requests generate at once, the rest queue (before their first
+    token): a server with a capacity, for the open loop and the capacity search."""
 
 
 @dataclass
@@ -57,6 +60,7 @@ class FakeServer:
     tokens_sent: int = 0
     payloads: list[dict[str, Any]] = field(default_factory=list)
     peers: set[Any] = field(default_factory=set)
+    _queue: asyncio.Semaphore | None = None
 
     def reset_counters(self) -> None:
         self.requests = self.model_requests = self.in_flight = self.max_in_flight = 0
@@ -128,6 +132,7 @@ def _make_app(server: FakeServer) -> web.Application:
         server.in_flight += 1
         server.max_in_flight = max(server.max_in_flight, server.in_flight)
         counted = True
+        queued: asyncio.Semaphore | None = None
 
         def leave() -> None:
             nonlocal counted
@@ -145,6 +150,11 @@ def _make_app(server: FakeServer) -> web.Application:
             await resp.prepare(request)
             if mode == "hang":
                 await asyncio.sleep(3600)
+            if b.slots:
+                if server._queue is None:
+                    server._queue = asyncio.Semaphore(b.slots)
+                await server._queue.acquire()
+                queued = server._queue
             ttft = b.ttft_s
             if b.slow_every and (index + 1) % b.slow_every == 0:
                 ttft += b.slow_extra_ttft_s
@@ -206,6 +216,8 @@ def _make_app(server: FakeServer) -> web.Application:
             return resp
         finally:
             leave()
+            if queued is not None:
+                queued.release()
 
     app = web.Application()
     app.router.add_get("/v1/models", models)

@@ -1,0 +1,325 @@
+"""Capacity: the highest request rate (or concurrency) at which every SLO holds.
+
+Found inside one trial on the running server, without a restart: a geometric ramp from
+``start`` until a probe breaks an SLO (or ``limit`` is reached), then bisection of the
+bracket (geometric midpoints) until its width is within ``precision`` or the time budget
+is spent. A probe is one measure phase of the study's load at that rate; it passes when
+the ``percentile`` of TTFT, TPOT and E2E are within their set limits, the error rate is at
+most ``max_error_rate``, and (open loop) the server kept up: completed requests/s at least
+``min_served`` x the rate the arrivals actually offered (``Metrics.arrival_rate``: the
+nominal rate's Poisson draw). Without that, a server that falls behind could pass a
+TPOT-only SLO while its queue grows; the check is coarse (completions are counted until
+the last one ends, so a short probe reads a little low), hence its default of 0.9, and a
+latency SLO (TTFT or E2E) is what pins capacity down.
+
+This is what vLLM's ``benchmarks/auto_tune`` and SGLang's ``auto_benchmark`` do across
+restarts, per configuration; here it is one trial's measurement, so the sampler sees
+capacity as the objective. Probes are independent of each other: each sends the prompts
+after the previous probe's (a prefix cache never sees a request twice), and a probe that
+overloaded the server ends with its in-flight requests finished or cancelled before the
+next starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+from time import monotonic, perf_counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.errors import BenchError
+from autotune.loadgen.client import BenchResult, LoadSession, PhaseCallback
+from autotune.loadgen.metrics import Metrics, compute_metrics, slo_margins
+from autotune.loadgen.spec import LoadSpec
+
+Over = Literal["rate", "concurrency"]
+
+
+class CapacitySearch(BaseModel):
+    """How to search (a study's ``capacity:`` section). Rates in requests/s."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    over: Over = "rate"
+    """``rate``: open-loop request rate (the load's ``burstiness``, ``max_concurrency``
+    apply); ``concurrency``: closed-loop streams."""
+    start: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """First probe; the ramp multiplies it by ``growth`` (and divides, if it fails)."""
+    limit: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Highest rate or concurrency probed; capacity at or above it reads as ``limit``."""
+    floor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Lowest probed when ``start`` already fails (default ``start / 16``)."""
+    growth: float = Field(default=2.0, gt=1, le=16, allow_inf_nan=False)
+    precision: float = Field(default=0.05, gt=0, le=1, allow_inf_nan=False)
+    """Stop bisecting when the bracket's upper end is within this share of the lower."""
+    budget_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    """Wall time for all probes (no probe starts that would not fit, judged by the longest
+    so far)."""
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    min_served: float = Field(default=0.9, gt=0, le=1)
+
+
+class Probe(BaseModel):
+    """One measured load of the search."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    x: float
+    """The rate (req/s) or concurrency probed."""
+    ok: bool
+    violations: list[str]
+    """What broke (``ttft_p99 412 > 300 ms``, ``error rate``, ``served 71% of the rate``)."""
+    metrics: Metrics
+    seconds: float
+
+
+class CapacityResult(BaseModel):
+    """The highest passing load, what was measured there, and every probe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    over: Over
+    capacity: float
+    """The highest passing rate / concurrency; 0 when none passed."""
+    upper: float | None
+    """The lowest failing one above it (``None``: the limit passed, or no probe failed)."""
+    metrics: Metrics | None
+    """The probe at ``capacity`` (``None`` when none passed)."""
+    probes: list[Probe]
+    stop_reason: str
+    precision_reached: bool
+
+
+def probe_violations(
+    metrics: Metrics, spec: LoadSpec, search: CapacitySearch, x: float
+) -> list[str]:
+    """Why a probe at ``x`` fails the SLOs; empty when it passes."""
+    out = []
+    for key, margin in slo_margins(metrics, spec.slo).items():
+        if margin > 0:
+            out.append(f"{key.removeprefix('slo_')} over its limit by {margin:.1f} ms")
+    if metrics.error_rate > search.max_error_rate:
+        out.append(f"error rate {metrics.error_rate:.1%} > {search.max_error_rate:.1%}")
+    if search.over == "rate":
+        offered = metrics.arrival_rate or x
+        served = metrics.request_throughput / offered
+        if served < search.min_served:
+            out.append(
+                f"served {metrics.request_throughput:.3g} req/s, {served:.0%} of the offered "
+                f"{offered:.3g} (min_served {search.min_served:.0%})"
+            )
+    return out
+
+
+def spec_at(spec: LoadSpec, over: Over, x: float) -> LoadSpec:
+    """The load ``spec`` at rate or concurrency ``x`` (the rest unchanged)."""
+    if over == "rate":
+        return spec.model_copy(update={"request_rate": x})
+    return spec.model_copy(update={"concurrency": int(x), "request_rate": None})
+
+
+class _Search:
+    def __init__(
+        self,
+        session: LoadSession,
+        spec: LoadSpec,
+        search: CapacitySearch,
+        on_probe: Callable[[Probe], None] | None,
+        deadline: float | None,
+    ) -> None:
+        self.session = session
+        self.spec = spec
+        self.search = search
+        self.on_probe = on_probe
+        self.deadline = deadline
+        self.t0 = perf_counter()
+        self.probes: list[Probe] = []
+        self.lo: float | None = None
+        self.hi: float | None = None
+        self.stop_reason = ""
+
+    def _round(self, x: float) -> float:
+        return float(max(1, round(x))) if self.search.over == "concurrency" else x
+
+    def _fits(self) -> bool:
+        longest = max((p.seconds for p in self.probes), default=0.0)
+        used = perf_counter() - self.t0
+        if self.probes and used + longest > self.search.budget_s:
+            self.stop_reason = f"time budget {self.search.budget_s:g} s spent"
+            return False
+        if self.deadline is not None and monotonic() + longest > self.deadline:
+            self.stop_reason = "trial deadline"
+            return False
+        return True
+
+    async def probe(self, x: float) -> Probe:
+        spec = spec_at(self.spec, self.search.over, x)
+        t = perf_counter()
+        try:
+            result: BenchResult | None = await self.session.measure(spec)
+            error = None
+        except BenchError as exc:  # nothing succeeded at this load: a failed probe
+            result, error = None, str(exc)
+        seconds = perf_counter() - t
+        if result is None:
+            metrics = _empty_metrics(seconds)
+            violations = [f"no request succeeded: {error}"]
+        else:
+            metrics = result.metrics
+            violations = probe_violations(metrics, spec, self.search, x)
+        probe = Probe(
+            x=x, ok=not violations, violations=violations, metrics=metrics, seconds=seconds
+        )
+        self.probes.append(probe)
+        if probe.ok:
+            self.lo = x if self.lo is None else max(self.lo, x)
+        else:
+            self.hi = x if self.hi is None else min(self.hi, x)
+        if self.on_probe is not None:
+            self.on_probe(probe)
+        return probe
+
+    async def run(self) -> CapacityResult:
+        s = self.search
+        x = self._round(s.start)
+        while self._fits():  # ramp up
+            if not (await self.probe(x)).ok:
+                break
+            if s.limit is not None and x >= s.limit:
+                self.stop_reason = f"the limit {s.limit:g} passes"
+                return self._result(precise=True)
+            nxt = self._round(x * s.growth)
+            x = min(nxt, s.limit) if s.limit is not None else nxt
+        else:
+            return self._result(precise=False)
+        if self.lo is None:  # the start failed: ramp down
+            floor = s.floor if s.floor is not None else s.start / 16
+            while self.lo is None and self._fits():
+                nxt = self._round(x / s.growth)
+                if nxt < floor or nxt == x:
+                    self.stop_reason = f"no load down to {floor:g} met the SLOs"
+                    return self._result(precise=True)
+                x = nxt
+                await self.probe(x)
+            if self.lo is None:
+                return self._result(precise=False)
+        adjacent = False
+        while self._width_left() and self._fits():  # bisect
+            assert self.lo is not None and self.hi is not None
+            mid = self._round(math.sqrt(self.lo * self.hi))
+            if mid in (self.lo, self.hi):
+                adjacent = True  # concurrencies: nothing between them
+                break
+            await self.probe(mid)
+        precise = adjacent or not self._width_left()
+        if precise:
+            self.stop_reason = (
+                "bracket of adjacent concurrencies"
+                if adjacent
+                else f"bracket within {s.precision:.0%}"
+            )
+        return self._result(precise=precise)
+
+    def _width_left(self) -> bool:
+        if self.lo is None or self.hi is None:
+            return False
+        return self.hi / self.lo - 1 > self.search.precision
+
+    def _result(self, *, precise: bool) -> CapacityResult:
+        at = None
+        if self.lo is not None:
+            at = next(p.metrics for p in reversed(self.probes) if p.ok and p.x == self.lo)
+        upper = self.hi if self.hi is not None and (self.lo is None or self.hi > self.lo) else None
+        return CapacityResult(
+            over=self.search.over,
+            capacity=self.lo or 0.0,
+            upper=upper,
+            metrics=at,
+            probes=self.probes,
+            stop_reason=self.stop_reason,
+            precision_reached=precise,
+        )
+
+
+def _empty_metrics(seconds: float) -> Metrics:
+    return compute_metrics([], duration_s=seconds).model_copy(update={"error_rate": 1.0})
+
+
+async def afind_capacity(
+    url: str,
+    spec: LoadSpec,
+    search: CapacitySearch,
+    *,
+    on_phase: PhaseCallback | None = None,
+    on_probe: Callable[[Probe], None] | None = None,
+    deadline: float | None = None,
+) -> tuple[CapacityResult, float]:
+    """Warm up once, then search; the result and the warm-up's seconds.
+
+    Raises :class:`BenchError` when warm-up fails (the server cannot be measured at all);
+    a probe at which nothing succeeds is a failed probe, not an error.
+    """
+    async with LoadSession(url, spec, deadline=deadline) as session:
+        warmup = await session.warm_up(on_phase=on_phase)
+        if on_phase:
+            on_phase("measure")
+        result = await _Search(session, spec, search, on_probe, deadline).run()
+    return result, warmup
+
+
+def find_capacity(
+    url: str,
+    spec: LoadSpec,
+    search: CapacitySearch,
+    *,
+    on_phase: PhaseCallback | None = None,
+    on_probe: Callable[[Probe], None] | None = None,
+    deadline: float | None = None,
+) -> tuple[CapacityResult, float]:
+    """Synchronous :func:`afind_capacity`."""
+    return asyncio.run(
+        afind_capacity(url, spec, search, on_phase=on_phase, on_probe=on_probe, deadline=deadline)
+    )
+
+
+async def asweep(
+    url: str,
+    spec: LoadSpec,
+    *,
+    over: Over,
+    points: Sequence[float],
+    max_error_rate: float = 0.0,
+    on_phase: PhaseCallback | None = None,
+    deadline: float | None = None,
+) -> list[Probe]:
+    """A latency-throughput curve: ``spec`` measured at each rate or concurrency in turn on
+    the running server (one warm-up); each point says whether it met the SLOs."""
+    rules = CapacitySearch(over=over, max_error_rate=max_error_rate)
+    async with LoadSession(url, spec, deadline=deadline) as session:
+        await session.warm_up(on_phase=on_phase)
+        if on_phase:
+            on_phase("measure")
+        search = _Search(session, spec, rules, None, deadline)
+        for x in points:
+            await search.probe(search._round(x))
+    return search.probes
+
+
+def sweep(
+    url: str,
+    spec: LoadSpec,
+    *,
+    over: Over,
+    points: Sequence[float],
+    max_error_rate: float = 0.0,
+    deadline: float | None = None,
+) -> list[Probe]:
+    """Synchronous :func:`asweep`."""
+    return asyncio.run(
+        asweep(
+            url, spec, over=over, points=points, max_error_rate=max_error_rate, deadline=deadline
+        )
+    )

@@ -1,0 +1,130 @@
+"""The capacity search and the sweep, against a real HTTP server with a known capacity."""
+
+from __future__ import annotations
+
+import pytest
+from fake_openai_server import FakeServer
+
+from autotune.loadgen import SLO, LoadSpec, compute_metrics
+from autotune.loadgen.capacity import CapacitySearch, find_capacity, probe_violations, sweep
+
+# The fake server with 2 slots and 8 chunks of 10 ms: each request holds a slot ~70-80 ms,
+# so at most ~25-28 req/s can be served; beyond that the queue (TTFT) grows without bound.
+SERVICE_RATE = 2 / 0.07
+
+
+@pytest.fixture
+def slotted(fake_server: FakeServer) -> FakeServer:
+    fake_server.behaviour.slots = 2
+    fake_server.behaviour.chunk_delay_s = 0.01
+    return fake_server
+
+
+def load(**kw: object) -> LoadSpec:
+    base: dict[str, object] = {
+        "input_len": 8,
+        "output_len": 8,
+        "warmup_requests": 2,
+        "concurrency": 2,
+        "requests": None,
+        "duration_s": 1.0,
+        "request_timeout_s": 30,
+        "slo": SLO(ttft_ms=250.0),
+    }
+    base.update(kw)
+    return LoadSpec.model_validate(base)
+
+
+def test_capacity_brackets_the_servers_service_rate(slotted: FakeServer) -> None:
+    search = CapacitySearch(start=4.0, precision=0.15, budget_s=60)
+    result, warmup = find_capacity(slotted.url, load(), search)
+    assert warmup > 0
+    assert result.precision_reached, result.stop_reason
+    # Rates are nominal; what a probe of 1 s actually offered is its Poisson draw.
+    assert result.capacity >= 6.0
+    at = result.metrics
+    assert at is not None and at.arrival_rate is not None
+    assert at.request_throughput <= SERVICE_RATE and at.arrival_rate <= 1.2 * SERVICE_RATE
+    assert result.upper is not None and result.upper / result.capacity <= 1.15 + 1e-9
+    xs = [p.x for p in result.probes]
+    assert xs[:2] == [4.0, 8.0]  # the ramp doubles
+    passing = [p for p in result.probes if p.ok]
+    failing = [p for p in result.probes if not p.ok]
+    assert max(p.x for p in passing) == result.capacity
+    assert min(p.x for p in failing) == result.upper
+    assert all(p.violations for p in failing) and not any(p.violations for p in passing)
+    assert result.metrics is not None and result.metrics.ttft_ms.p99 is not None
+    assert result.metrics.ttft_ms.p99 <= 250.0
+    # Never more in flight at the server than it queues: the client kept no request back.
+    assert slotted.max_in_flight > 2
+
+
+def test_a_start_that_fails_ramps_down(slotted: FakeServer) -> None:
+    search = CapacitySearch(start=200.0, precision=0.3, budget_s=60)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.6), search)
+    assert result.probes[0].x == 200.0 and not result.probes[0].ok
+    assert [p.x for p in result.probes[:3]] == [200.0, 100.0, 50.0]
+    assert result.capacity > 0 and result.metrics is not None
+    assert result.metrics.request_throughput <= SERVICE_RATE
+
+
+def test_no_load_meets_an_impossible_slo(slotted: FakeServer) -> None:
+    # TTFT under 1 ms cannot hold on this server at any rate.
+    search = CapacitySearch(start=4.0, floor=1.0, budget_s=60)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.5, slo=SLO(ttft_ms=0.001)), search)
+    assert result.capacity == 0.0 and result.metrics is None
+    assert "no load down to 1" in result.stop_reason
+    assert [p.x for p in result.probes] == [4.0, 2.0, 1.0]
+
+
+def test_the_limit_ends_the_ramp(slotted: FakeServer) -> None:
+    search = CapacitySearch(start=2.0, limit=5.0, budget_s=60)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.5), search)
+    assert [p.x for p in result.probes] == [2.0, 4.0, 5.0]
+    assert result.capacity == 5.0 and result.upper is None
+    assert "limit 5 passes" in result.stop_reason
+
+
+def test_the_time_budget_stops_the_search(slotted: FakeServer) -> None:
+    search = CapacitySearch(start=1.0, precision=0.01, budget_s=1.5)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.6), search)
+    assert not result.precision_reached
+    assert "time budget" in result.stop_reason
+    spent = sum(p.seconds for p in result.probes)
+    longest = max(p.seconds for p in result.probes)
+    assert spent <= 1.5 + longest  # no probe starts that would not fit, by the longest so far
+
+
+def test_capacity_over_concurrency_is_in_whole_streams(slotted: FakeServer) -> None:
+    search = CapacitySearch(over="concurrency", start=1, precision=0.01, budget_s=60)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.6, slo=SLO(ttft_ms=60.0)), search)
+    assert all(p.x == int(p.x) for p in result.probes)
+    # 2 slots: a third stream waits a whole request (~70 ms) for its first token.
+    assert result.capacity == 2.0 and result.upper == 3.0
+    assert result.stop_reason == "bracket of adjacent concurrencies"
+
+
+def test_served_share_fails_a_server_that_falls_behind() -> None:
+    from autotune.loadgen.records import RequestRecord
+
+    # 10 requests finished in 2 s: 5 req/s served against 20 offered.
+    records = [
+        RequestRecord(index=i, send_time=i * 0.1, end_time=2.0, chunk_times=[1.0, 1.5])
+        for i in range(10)
+    ]
+    metrics = compute_metrics(records)
+    rules = CapacitySearch()
+    spec = load(request_rate=20.0)
+    assert any("25% of the offered 20" in v for v in probe_violations(metrics, spec, rules, 20.0))
+    assert not probe_violations(metrics, load(slo=SLO()), rules, 5.0)
+
+
+def test_sweep_measures_each_point_on_one_server(slotted: FakeServer) -> None:
+    points = sweep(slotted.url, load(duration_s=0.5), over="concurrency", points=[1, 2, 4])
+    assert [p.x for p in points] == [1, 2, 4]
+    assert slotted.model_requests == 1  # one session: the model asked once
+    tput = [p.metrics.request_throughput for p in points]
+    assert tput[1] > 1.5 * tput[0]  # a second slot doubles what is served
+    ttft4 = points[2].metrics.ttft_ms.p50
+    assert ttft4 is not None and points[0].metrics.ttft_ms.p50 is not None
+    assert ttft4 > 3 * points[0].metrics.ttft_ms.p50  # past the slots, requests queue
