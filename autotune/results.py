@@ -322,7 +322,8 @@ def _tpot(
     if measured is not None:
         return measured
     if not failed and values is not None and len(values) >= 2:
-        return _objective(values, names, TPOT_P99, 1)
+        second_named = len(names) >= 2 and names[1] != TPOT_P99
+        return _objective(values, names, TPOT_P99, None if second_named else 1)
     return None
 
 
@@ -490,6 +491,17 @@ class Measurement(BaseModel):
         return self.feasible and self.aborted is None and self.throughput is not None
 
 
+def _first_value(raw: Mapping[str, Any]) -> float | None:
+    """A re-measurement's first objective value (capacity, goodput or throughput); records
+    without ``values`` hold a throughput study's, read from its metrics."""
+    values = raw.get("values")
+    if isinstance(values, list) and values and raw.get("feasible") and raw.get("failure") is None:
+        first = values[0]
+        if isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first):
+            return float(first)
+    return _metric(raw.get("metrics") or {}, "output_throughput")
+
+
 def load_remeasurements(study: optuna.Study) -> list[Measurement]:
     """Every re-measurement stored on the study (``remeasure:N:R``), by (N, R)."""
     out = []
@@ -501,7 +513,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                 Measurement(
                     of=int(raw["of"]),
                     repeat=int(raw["repeat"]),
-                    throughput=_metric(raw.get("metrics") or {}, "output_throughput"),
+                    throughput=_first_value(raw),
                     tpot_p99_ms=_metric(raw.get("metrics") or {}, "tpot_ms", "p99"),
                     feasible=bool(raw.get("feasible")),
                     failure=raw.get("failure"),
@@ -643,6 +655,21 @@ def remeasure_candidates(study: optuna.Study, top_k: int) -> list[ConfigEstimate
         key=lambda e: (-e.mean, e.trial.number),
     )
     return _distinct(ranked)[:top_k]
+
+
+OBJECTIVE_LABELS = {
+    THROUGHPUT: ("output throughput", "tok/s"),
+    "capacity_req_s": ("capacity", "req/s"),
+    "capacity_streams": ("capacity", "streams"),
+    "goodput_req_s": ("goodput", "req/s"),
+}
+"""The first objective's stored name -> (what it is, its unit), for every display."""
+
+
+def objective_label(metric_names: Sequence[str]) -> tuple[str, str]:
+    """What the study's first objective is and its unit (``("capacity", "req/s")``)."""
+    first = metric_names[0] if metric_names else THROUGHPUT
+    return OBJECTIVE_LABELS.get(first, (first, ""))
 
 
 def format_estimate(e: ConfigEstimate, unit: str = "tok/s") -> str:

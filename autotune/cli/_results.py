@@ -97,17 +97,20 @@ def best(
 
 
 def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:
-    from autotune.results import format_estimate
+    from autotune.results import format_estimate, objective_label
 
     m = winner.metrics or {}
     table = Table(title=f"best feasible trial #{winner.number}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("output throughput", format_estimate(estimate))
+    what, unit = objective_label(winner.metric_names)
+    table.add_row(what, format_estimate(estimate, unit))
+    if what != "output throughput" and winner.metrics.get("output_throughput") is not None:
+        table.add_row("output throughput", f"{winner.metrics['output_throughput']:,.1f} tok/s")
     if estimate.half_width is not None:
         table.add_row(
             "conservative estimate",
-            f"{estimate.lower:,.1f} tok/s (lower 95% bound, what configurations are ranked by)",
+            f"{estimate.lower:,.1f} {unit} (lower 95% bound, what configurations are ranked by)",
         )
         table.add_row(
             "run-to-run noise",
@@ -123,11 +126,11 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
             runs.append(f"{label}: aborted early")
         else:
             runs.append(f"{label}: {x.failure or 'infeasible'}")
-    table.add_row("measurements (tok/s)", Text("; ".join(runs)))
+    table.add_row(f"measurements ({unit})", Text("; ".join(runs)))
     if base is not None and base.metrics:
         table.add_row(
             f"baseline (trial #{base.number})",
-            f"{base.metrics.get('output_throughput', 0):,.1f} tok/s",
+            f"{base.throughput or 0:,.1f} {unit}",
         )
     if gain is not None:
         table.add_row("gain over baseline", f"{gain:,.1f}x")

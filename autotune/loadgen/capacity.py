@@ -26,13 +26,14 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 from time import monotonic, perf_counter
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from autotune.errors import BenchError
-from autotune.loadgen.client import BenchResult, LoadSession, PhaseCallback
-from autotune.loadgen.metrics import Metrics, compute_metrics, slo_margins
+from autotune.loadgen.client import BenchResult, LoadSession, PhaseCallback, ProgressCallback
+from autotune.loadgen.metrics import Metrics, compute_metrics, rescale_time, slo_margins
 from autotune.loadgen.spec import LoadSpec
 
 Over = Literal["rate", "concurrency"]
@@ -62,6 +63,31 @@ class CapacitySearch(BaseModel):
     min_served: float = Field(default=0.9, gt=0, le=1)
 
 
+class SweepSpec(BaseModel):
+    """A latency-throughput curve to record (a study's ``curve:`` section)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    over: Over = "concurrency"
+    points: list[float] = Field(min_length=1, max_length=64)
+    """Rates (req/s) or concurrencies, measured in this order on the running server."""
+
+    @model_validator(mode="after")
+    def _positive(self) -> SweepSpec:
+        bad = [p for p in self.points if not (p > 0 and math.isfinite(p))]
+        if bad or (self.over == "concurrency" and any(p != int(p) for p in self.points)):
+            raise PydanticCustomError(
+                "points",
+                "curve points must be positive{whole}; got {points}",
+                {
+                    "whole": " whole numbers (concurrencies)" if self.over == "concurrency" else "",
+                    "points": self.points,
+                    "field": "points",
+                },
+            )
+        return self
+
+
 class Probe(BaseModel):
     """One measured load of the search."""
 
@@ -74,6 +100,27 @@ class Probe(BaseModel):
     """What broke (``ttft_p99 412 > 300 ms``, ``error rate``, ``served 71% of the rate``)."""
     metrics: Metrics
     seconds: float
+
+    def summary(self, *, over: Over, factor: float = 1.0) -> dict[str, Any]:
+        """The point as stored with a trial (compact), on a clock ``factor`` x slower (a
+        simulated deployment's modeled hardware, like :func:`rescale_time`)."""
+        m = rescale_time(self.metrics, factor)
+        return {
+            "x": self.x / factor if over == "rate" else self.x,
+            "ok": self.ok,
+            "violations": self.violations,
+            "output_throughput": m.output_throughput,
+            "request_throughput": m.request_throughput,
+            "goodput": m.goodput,
+            "arrival_rate": m.arrival_rate,
+            "error_rate": m.error_rate,
+            "completed": m.completed,
+            **{
+                f"{name}_{p}": getattr(getattr(m, f"{name}_ms"), p)
+                for name in ("ttft", "tpot", "itl", "e2e")
+                for p in ("mean", "p50", "p99")
+            },
+        }
 
 
 class CapacityResult(BaseModel):
@@ -129,7 +176,9 @@ class _Search:
         search: CapacitySearch,
         on_probe: Callable[[Probe], None] | None,
         deadline: float | None,
+        on_progress: ProgressCallback | None = None,
     ) -> None:
+        self.on_progress = on_progress
         self.session = session
         self.spec = spec
         self.search = search
@@ -159,7 +208,9 @@ class _Search:
         spec = spec_at(self.spec, self.search.over, x)
         t = perf_counter()
         try:
-            result: BenchResult | None = await self.session.measure(spec)
+            result: BenchResult | None = await self.session.measure(
+                spec, on_progress=self.on_progress
+            )
             error = None
         except BenchError as exc:  # nothing succeeded at this load: a failed probe
             result, error = None, str(exc)
@@ -255,9 +306,11 @@ async def afind_capacity(
     *,
     on_phase: PhaseCallback | None = None,
     on_probe: Callable[[Probe], None] | None = None,
+    on_progress: ProgressCallback | None = None,
     deadline: float | None = None,
 ) -> tuple[CapacityResult, float]:
-    """Warm up once, then search; the result and the warm-up's seconds.
+    """Warm up once, then search; the result and the warm-up's seconds. ``on_progress``
+    follows each probe's requests like :func:`arun_load`'s.
 
     Raises :class:`BenchError` when warm-up fails (the server cannot be measured at all);
     a probe at which nothing succeeds is a failed probe, not an error.
@@ -266,7 +319,7 @@ async def afind_capacity(
         warmup = await session.warm_up(on_phase=on_phase)
         if on_phase:
             on_phase("measure")
-        result = await _Search(session, spec, search, on_probe, deadline).run()
+        result = await _Search(session, spec, search, on_probe, deadline, on_progress).run()
     return result, warmup
 
 
@@ -277,11 +330,20 @@ def find_capacity(
     *,
     on_phase: PhaseCallback | None = None,
     on_probe: Callable[[Probe], None] | None = None,
+    on_progress: ProgressCallback | None = None,
     deadline: float | None = None,
 ) -> tuple[CapacityResult, float]:
     """Synchronous :func:`afind_capacity`."""
     return asyncio.run(
-        afind_capacity(url, spec, search, on_phase=on_phase, on_probe=on_probe, deadline=deadline)
+        afind_capacity(
+            url,
+            spec,
+            search,
+            on_phase=on_phase,
+            on_probe=on_probe,
+            on_progress=on_progress,
+            deadline=deadline,
+        )
     )
 
 

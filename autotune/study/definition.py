@@ -14,13 +14,31 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+from autotune.loadgen.capacity import CapacitySearch, SweepSpec
 from autotune.loadgen.spec import LoadSpec
 from autotune.space.model import Scalar
 from autotune.yamlio import load_model, one_line
 
 SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo")
 """``gp``, ``catcma`` and ``rfbo`` need an optional extra (autotune/study/extra_samplers.py)."""
-OBJECTIVES = ("throughput", "throughput_vs_tpot")
+OBJECTIVES = tuple(
+    f"{primary}{suffix}"
+    for primary in ("throughput", "capacity", "goodput")
+    for suffix in ("", "_vs_tpot", "_vs_ttft")
+)
+"""What a study maximizes (output tok/s at the load, the highest load meeting the SLOs, or
+requests/s meeting them at the load's rate), alone or against a p99 latency (Pareto)."""
+Objective = Literal[
+    "throughput",
+    "throughput_vs_tpot",
+    "throughput_vs_ttft",
+    "capacity",
+    "capacity_vs_tpot",
+    "capacity_vs_ttft",
+    "goodput",
+    "goodput_vs_tpot",
+    "goodput_vs_ttft",
+]
 MAX_RACE_BUDGET = 500
 """Restarts one race may spend (a re-measurement's index stays below the journal's 1000)."""
 MAX_SEED = 2**32 - 1
@@ -214,7 +232,13 @@ class StudyDefinition(BaseModel):
     description: str = ""
     space: FilePath
     deployment: FilePath
-    objective: Literal["throughput", "throughput_vs_tpot"] = "throughput"
+    objective: Objective = "throughput"
+    capacity: CapacitySearch | None = None
+    """How a ``capacity`` objective searches (defaults when left out): over the request
+    rate or the concurrency, from where, how precisely, within what time."""
+    curve: SweepSpec | None = None
+    """A latency-throughput curve every trial records after its measurement (``report``
+    draws the top configurations'); a capacity search records its probes anyway."""
     sampler: Literal["tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo"] = "tpe"
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     load: LoadSpec = Field(default_factory=LoadSpec)  # type: ignore[arg-type]
@@ -238,6 +262,81 @@ class StudyDefinition(BaseModel):
     """Null (default): a new study starts from its baseline and ``enqueue:`` only."""
 
     source: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _measurement_fits_the_objective(self) -> StudyDefinition:
+        primary = self.objective.split("_vs_")[0]
+        load, slo = self.load, self.slo
+        latency_slo = any(
+            v is not None for v in (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.e2e_p99_ms)
+        )
+
+        def error(field: str, message: str) -> PydanticCustomError:
+            return PydanticCustomError("objective", message, {"field": field})
+
+        if self.capacity is not None and primary != "capacity":
+            raise error(
+                "capacity",
+                f"capacity: configures a capacity search, but the objective is "
+                f"{self.objective!r} (use capacity, capacity_vs_tpot or capacity_vs_ttft)",
+            )
+        search = self.capacity or CapacitySearch()
+        if primary == "capacity":
+            if not latency_slo:
+                raise error(
+                    "slo",
+                    "a capacity objective needs a latency SLO to hold: set slo.ttft_p99_ms, "
+                    "slo.tpot_p99_ms or slo.e2e_p99_ms",
+                )
+            if "max_error_rate" in search.model_fields_set:
+                raise error(
+                    "capacity.max_error_rate", "the error-rate limit is slo.max_error_rate"
+                )
+            if search.over == "rate" and load.request_rate is not None:
+                raise error(
+                    "load.request_rate",
+                    "the capacity search sets the request rate: leave load.request_rate out "
+                    "(capacity.start is where the search begins)",
+                )
+        if self.early_abort is not None and primary != "throughput":
+            raise error(
+                "early_abort",
+                "early_abort compares a trial's live output throughput with the best so far: "
+                f"it applies to a throughput objective, not {self.objective!r}",
+            )
+        if primary == "goodput":
+            if load.request_rate is None:
+                raise error(
+                    "load.request_rate",
+                    "a goodput objective counts the requests meeting the SLOs at a given "
+                    "rate: set load.request_rate (req/s)",
+                )
+            if not latency_slo:
+                raise error(
+                    "slo", "a goodput objective needs a latency SLO (slo.ttft_p99_ms, ...)"
+                )
+        open_loop = load.request_rate is not None or (
+            primary == "capacity" and search.over == "rate"
+        )
+        if not open_loop:
+            for name in ("burstiness", "max_concurrency"):
+                if name in load.given:
+                    raise error(
+                        f"load.{name}",
+                        f"load.{name} shapes an open loop: set load.request_rate too (or "
+                        f"search capacity over the rate); a closed loop runs load.concurrency "
+                        f"streams",
+                    )
+        return self
+
+    def measure_plan(self) -> tuple[CapacitySearch | None, SweepSpec | None]:
+        """The capacity search (its error limit the study's) and the curve each trial runs."""
+        if not self.objective.startswith("capacity"):
+            return None, self.curve
+        search = (self.capacity or CapacitySearch()).model_copy(
+            update={"max_error_rate": self.slo.max_error_rate}
+        )
+        return search, self.curve
 
     @model_validator(mode="after")
     def _load_leaves_model_and_slo_to_others(self) -> StudyDefinition:

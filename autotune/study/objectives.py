@@ -18,9 +18,20 @@ from optuna.study import StudyDirection
 from autotune.study.definition import SLOSettings
 
 THROUGHPUT = "output_throughput_tok_s"
+CAPACITY = "capacity"
+GOODPUT = "goodput_req_s"
 TPOT_P99 = "tpot_p99_ms"
-FAILED_TPOT_MS = 1.0e6
-"""TPOT assigned to an unmeasurable trial in multi-objective studies: dominated by any real one."""
+TTFT_P99 = "ttft_p99_ms"
+FAILED_LATENCY_MS = 1.0e6
+"""Latency assigned to an unmeasurable trial in multi-objective studies: dominated by any
+real one."""
+FAILED_TPOT_MS = FAILED_LATENCY_MS
+
+PRIMARY = {"throughput": THROUGHPUT, "capacity": CAPACITY, "goodput": GOODPUT}
+"""What an objective maximizes -> its stored name. Capacity's unit is its search's
+(``capacity_req_s`` or ``capacity_streams``, see :attr:`Objective.metric_names`)."""
+LATENCY = {"tpot": ("tpot_ms", TPOT_P99), "ttft": ("ttft_ms", TTFT_P99)}
+"""The latency an objective may minimize beside it -> (metrics key, stored name)."""
 
 
 def _p99(metrics: Mapping[str, Any], name: str) -> float | None:
@@ -30,20 +41,38 @@ def _p99(metrics: Mapping[str, Any], name: str) -> float | None:
 
 @dataclass(frozen=True)
 class Objective:
-    """What is optimized: names, directions and how to read values from metrics."""
+    """What is optimized: names, directions and how to read values from metrics.
+
+    ``kind`` is ``PRIMARY`` or ``PRIMARY_vs_LATENCY`` (``throughput``, ``capacity_vs_tpot``,
+    ...: :data:`autotune.study.definition.OBJECTIVES`). Throughput is output tok/s of the
+    load; capacity the highest rate (or concurrency) meeting the SLOs, found by the trial's
+    capacity search; goodput the requests/s meeting every SLO at the load's rate. The
+    latency objective is the p99 measured at that load (for capacity: at capacity).
+    """
 
     kind: str
     slo: SLOSettings
+    capacity_over: str = "rate"
+
+    @property
+    def primary(self) -> str:
+        return self.kind.split("_vs_")[0]
+
+    @property
+    def latency(self) -> str | None:
+        parts = self.kind.split("_vs_")
+        return parts[1] if len(parts) > 1 else None
 
     @property
     def metric_names(self) -> list[str]:
-        return [THROUGHPUT] if self.kind == "throughput" else [THROUGHPUT, TPOT_P99]
+        first = PRIMARY[self.primary]
+        if first == CAPACITY:
+            first = "capacity_req_s" if self.capacity_over == "rate" else "capacity_streams"
+        return [first] + ([LATENCY[self.latency][1]] if self.latency else [])
 
     @property
     def directions(self) -> list[StudyDirection]:
-        if self.kind == "throughput":
-            return [StudyDirection.MAXIMIZE]
-        return [StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE]
+        return [StudyDirection.MAXIMIZE] + ([StudyDirection.MINIMIZE] if self.latency else [])
 
     @property
     def constraint_keys(self) -> list[str]:
@@ -58,14 +87,20 @@ class Objective:
         return keys
 
     def values(self, metrics: Mapping[str, Any]) -> list[float]:
-        throughput = float(metrics["output_throughput"])
-        if self.kind == "throughput":
-            return [throughput]
-        tpot = _p99(metrics, "tpot_ms")
-        return [throughput, FAILED_TPOT_MS if tpot is None else tpot]
+        primary = self.primary
+        if primary == "capacity":
+            first = float(metrics["capacity"])
+        elif primary == "goodput":
+            first = float(metrics["goodput"])
+        else:
+            first = float(metrics["output_throughput"])
+        if self.latency is None:
+            return [first]
+        latency = _p99(metrics, LATENCY[self.latency][0])
+        return [first, FAILED_LATENCY_MS if latency is None else latency]
 
     def failed_values(self) -> list[float]:
-        return [0.0] if self.kind == "throughput" else [0.0, FAILED_TPOT_MS]
+        return [0.0] + ([FAILED_LATENCY_MS] if self.latency else [])
 
     def constraints(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Constraint values for a measured trial, in :attr:`constraint_keys` order."""

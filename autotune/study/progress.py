@@ -76,22 +76,28 @@ class TrialReport:
     reused_from: int | None
     aborted: bool = False
     """Measured only in part (clearly below the incumbent): the figure is rough."""
+    unit: str = "tok/s"
+    """The first objective's unit (``req/s`` for capacity and goodput)."""
 
     def outcome(self) -> str:
         if self.aborted and self.throughput is not None:
             reason = scrub_text(self.reason or "")
-            text = f"~{self.throughput:,.1f} tok/s, {reason.splitlines()[0][:110]}".rstrip(", ")
+            text = f"~{self.throughput:,.1f} {self.unit}, {reason.splitlines()[0][:110]}".rstrip(
+                ", "
+            )
         elif self.failure:
             reason = scrub_text(self.reason) if self.reason else ""
             short = reason.splitlines()[0][:90] if reason.strip() else ""
             text = f"infeasible [{self.failure}] {short}".rstrip()
         else:
-            text = f"{self.throughput:,.1f} tok/s" if self.throughput is not None else "-"
+            text = f"{self.throughput:,.1f} {self.unit}" if self.throughput is not None else "-"
         reuse = f" (reused #{self.reused_from})" if self.reused_from is not None else ""
         return f"{text}{reuse} in {self.seconds:.1f}s"
 
     def best_text(self) -> str:
-        return f"{self.best:,.1f} tok/s (#{self.best_number})" if self.best is not None else "-"
+        return (
+            f"{self.best:,.1f} {self.unit} (#{self.best_number})" if self.best is not None else "-"
+        )
 
 
 class PlainProgress:

@@ -37,7 +37,7 @@ from autotune.failures import Failure
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec
-from autotune.results import feasible, own_trials
+from autotune.results import feasible, objective_label, own_trials
 from autotune.space import SearchSpace, load_space
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.abort import AbortPolicy, make_abort_policy
@@ -77,6 +77,7 @@ from autotune.study.workers import TRIAL_WORKER_ATTR, Worker, WorkerBusy, defaul
 from autotune.trial import (
     FAULT_SCAN_LINES,
     HostFailure,
+    MeasurePlan,
     PipelineSettings,
     ProbeSettings,
     TrialOutcome,
@@ -166,7 +167,13 @@ class Tuner:
         self.deployment: Deployment = load_deployment(
             deployment if deployment is not None else definition.resolve(definition.deployment)
         )
-        self.objective = Objective(kind=definition.objective, slo=definition.slo)
+        capacity, curve = definition.measure_plan()
+        self.objective = Objective(
+            kind=definition.objective,
+            slo=definition.slo,
+            capacity_over=capacity.over if capacity is not None else "rate",
+        )
+        self.plan = MeasurePlan(capacity=capacity, curve=curve)
         self.progress = progress or NullProgress()
         sampler_name = sampler or definition.sampler
         self.sampler = make_sampler(
@@ -242,6 +249,7 @@ class Tuner:
                 ),
             ),
             reference=_StudyReference(self.study),
+            plan=self.plan,
             engines={
                 service: get_engine(
                     self.space.engine_ref(service).name, self.space.engine_ref(service).version
@@ -281,6 +289,8 @@ class Tuner:
         speedup = self.deployment.sim_speedup
         quirks = self.engine.quirks
         given = {k: getattr(load, k) for k in load.given}
+        if load.request_rate is not None:  # a rate of the modeled hardware
+            given["request_rate"] = load.request_rate * speedup
         return LoadSpec.model_validate(
             {
                 "prompt": quirks.prompt,
@@ -561,5 +571,6 @@ class Tuner:
                 seconds=elapsed,
                 reused_from=record.reused_from,
                 aborted=bool(record.aborted),
+                unit=objective_label(self.objective.metric_names)[1],
             )
         )

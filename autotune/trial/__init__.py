@@ -8,6 +8,7 @@ import contract in pyproject.toml checks it).
 
 from __future__ import annotations
 
+from autotune.trial.measurement import Measured, MeasurePlan
 from autotune.trial.pipeline import (
     FAULT_SCAN_LINES,
     HostFailure,
@@ -29,6 +30,8 @@ from autotune.trial.record import (
 )
 
 __all__ = [
+    "MeasurePlan",
+    "Measured",
     "FAULT_SCAN_LINES",
     "MEASURED_PHASES",
     "SCHEMA_VERSION",

@@ -27,11 +27,13 @@ from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
 from autotune.failpoints import failpoint
 from autotune.failures import NOT_THE_CONFIG, Failure
 from autotune.launch import Launcher, explain_fault
-from autotune.loadgen import AbortRule, LoadSpec, probe_text, rescale_time, run_load
+from autotune.loadgen import AbortRule, LoadSpec, probe_text
 from autotune.render import render
 from autotune.space import SearchSpace
 from autotune.specs import ServiceSpec
 from autotune.trial.effective import find_overrides
+from autotune.trial.measurement import MeasurePlan
+from autotune.trial.measurement import measure as measure_deployment
 from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
 from autotune.trial.server_metrics import ServerMetricsWatch, on_modeled_clock
 
@@ -130,6 +132,7 @@ class TrialPipeline:
         load: LoadSpec,
         settings: PipelineSettings,
         reference: ReferenceOutput,
+        plan: MeasurePlan | None = None,
         engines: Mapping[str, BaseEngine],
         run_dir: Any,
         on_phase: Callable[[str], None] = lambda name: None,
@@ -141,6 +144,8 @@ class TrialPipeline:
         self.scorer = scorer
         self.load = load
         self.settings = settings
+        self.plan = (plan or MeasurePlan()).on_wall_clock(deployment.sim_speedup)
+        """What each trial measures (a capacity search, a curve), on the wall clock."""
         self.reference = reference
         self.engines = dict(engines)
         """Per space service: the engine it runs (versions, option spellings)."""
@@ -224,15 +229,19 @@ class TrialPipeline:
                 failpoint("measure")
 
         bench_error: BenchError | None = None
+        speedup = self.deployment.sim_speedup
         with watch:  # the sampling thread never outlives the load, Ctrl-C included
             try:
-                result = run_load(
+                result = measure_deployment(
                     endpoint,
                     self.load,
+                    self.plan,
+                    speedup=speedup,
+                    deadline=deadline,
                     on_phase=on_load_phase,
                     on_progress=on_progress,
-                    deadline=deadline,
                     abort_if=None if fresh else abort_if,
+                    on_curve=lambda: self.on_phase("curve"),
                 )
             except BenchError as exc:
                 bench_error = exc
@@ -255,11 +264,14 @@ class TrialPipeline:
         phases["warmup"] = result.warmup_seconds
         phases["measure"] = result.measure_seconds
         # A simulated deployment may run faster than the hardware it models: figures are
-        # stored in the modeled hardware's time.
-        speedup = self.deployment.sim_speedup
-        metrics = rescale_time(result.metrics, speedup).model_dump(mode="json")
+        # stored in the modeled hardware's time (measurement.py converts them).
+        metrics = result.metrics.model_dump(mode="json")
         record.sim_speedup = speedup
         record.metrics = metrics
+        if result.capacity is not None:
+            record.capacity = result.capacity
+        if result.curve:
+            record.curve = result.curve
         if result.stop_reason:
             record.stop_reason = result.stop_reason
         if result.aborted:
@@ -274,9 +286,10 @@ class TrialPipeline:
                 f"{limit:.1%}): {errors}"
             )[:2000]
             self.launcher.stop_all()  # the next trial starts from fresh processes
+        scored = result.score_inputs()
         return TrialOutcome(
-            values=self.scorer.values(metrics),
-            constraints=self.scorer.constraints(metrics),
+            values=self.scorer.values(scored),
+            constraints=self.scorer.constraints(scored),
             record=record,
         )
 

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
 ``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
-(a trial carried from an earlier study by a warm start, not one of this study's)."""
+(a trial carried from an earlier study by a warm start, not one of this study's); 4:
+``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -91,6 +92,12 @@ class TrialRecord(BaseModel):
     aborted: str | None = None
     """Why the measure phase was cut short (clearly below the incumbent): the values are a
     partial estimate and the trial never wins unless re-measured."""
+    capacity: dict[str, Any] | None = None
+    """A capacity search's result (:class:`autotune.trial.measurement.Measured`): the
+    highest passing rate or concurrency, the failing one above it, why it stopped."""
+    curve: list[dict[str, Any]] = Field(default_factory=list)
+    """Latency-throughput points measured on the trial's processes (capacity probes or the
+    study's ``curve:`` sweep), by ``x``: rate or concurrency, throughputs, latency stats."""
     warm_start_from: str | None = None
     """Set on a trial a warm start carried from an earlier study (``STUDY#N``: that study's
     trial N, a launch that failed there): evidence for the sampler, never one of this

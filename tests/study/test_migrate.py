@@ -42,6 +42,7 @@ from autotune.study.storage import (
     open_storage,
 )
 from autotune.trial import TrialOutcome, TrialRecord, failed
+from autotune.trial.record import SCHEMA_VERSION
 
 # Exactly what tests/conftest.py is to get; shadowed by it once it has them.
 pg_server = pytest.fixture(scope="session", name="pg_server")(pg_server_fixture)
@@ -550,7 +551,8 @@ def test_cli_migrate(source: Path, tmp_path: Path) -> None:
 
 def test_the_report_counts_trials_by_record_version(tmp_path: Path) -> None:
     """Each trial carries the version of the record its writer used: none (1) before the
-    typed record, 3 now; attributes that do not parse are counted, and copied as they are."""
+    typed record, SCHEMA_VERSION now; attributes that do not parse are counted, and copied
+    as they are."""
     url = sqlite_url(tmp_path / "versions.db")
     study = optuna.create_study(study_name="v", storage=url, directions=OBJECTIVE.directions)
     for attrs in (
@@ -565,4 +567,4 @@ def test_the_report_counts_trials_by_record_version(tmp_path: Path) -> None:
     report = migrate_study(
         source_url=url, target_url=sqlite_url(tmp_path / "copy.db"), study_name="v"
     )
-    assert report.schema_versions == {"1": 1, "3": 1, "unreadable": 1}
+    assert report.schema_versions == {"1": 1, str(SCHEMA_VERSION): 1, "unreadable": 1}

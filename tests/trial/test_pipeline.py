@@ -19,7 +19,13 @@ from autotune.space import load_space
 from autotune.specs import ServiceSpec
 from autotune.study.definition import SLOSettings
 from autotune.study.objectives import Objective
-from autotune.trial import HostFailure, PipelineSettings, TrialOutcome, TrialPipeline
+from autotune.trial import (
+    SCHEMA_VERSION,
+    HostFailure,
+    PipelineSettings,
+    TrialOutcome,
+    TrialPipeline,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
@@ -104,7 +110,7 @@ def test_a_failed_launch_keeps_its_class_reason_and_log(tmp_path: Path) -> None:
     assert record.is_baseline and set(record.services) == {"prefill", "decode", "router"}
     assert record.phase_seconds["restart"] >= 0.0 and "measure" in record.phase_seconds
     stored = outcome.attrs
-    assert stored["schema_version"] == 3 and stored["failure"] == "cuda_oom"
+    assert stored["schema_version"] == SCHEMA_VERSION and stored["failure"] == "cuda_oom"
     assert "metrics" not in stored  # nothing was measured
 
 
