@@ -74,6 +74,7 @@ class SimConfig:
     dsv4_prefill_backend: str = "auto"  # parsed; sparse prefill is never used on sm_120
     enable_metrics: bool = False
     disable_radix_cache: bool = False
+    enable_cache_report: bool = False  # usage.prompt_tokens_details.cached_tokens
     attention_backend: str | None = None
     trust_remote_code: bool = False
     base_gpu_id: int = 0
@@ -276,6 +277,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> SimConfig:
         dsv4_prefill_backend=ns.dsv4_prefill_backend,
         enable_metrics=ns.enable_metrics,
         disable_radix_cache=ns.disable_radix_cache,
+        enable_cache_report=ns.enable_cache_report,
         attention_backend=ns.attention_backend,
         trust_remote_code=ns.trust_remote_code,
         base_gpu_id=ns.base_gpu_id,

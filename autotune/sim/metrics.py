@@ -160,13 +160,15 @@ def render_metrics(
     counters: Mapping[str, tuple[str, Mapping[str, float]]],
     histograms: Sequence[Histogram],
     counter_label: str = "is_streaming",
+    counter_labels: Mapping[str, str] | None = None,
 ) -> str:
     """Prometheus text format.
 
     ``gauges``: name -> (help, value), labelled ``scheduler``; ``counters``: name -> (help,
     {``counter_label`` value: count}), labelled ``tokenizer`` plus ``counter_label`` (a
     counter with no series yet has only its HELP and TYPE lines, like prometheus_client);
-    ``histograms`` are labelled ``tokenizer`` (plus their own extra label).
+    ``counter_labels`` names another extra label for some counters (name -> label, e.g.
+    ``cache_source``); ``histograms`` are labelled ``tokenizer`` (plus their own extra label).
     """
     sched = label_text(scheduler)
     lines: list[str] = []
@@ -174,8 +176,9 @@ def render_metrics(
         lines += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name}{sched} {number(value)}"]
     for name, (doc, series) in counters.items():
         lines += [f"# HELP {name} {doc}", f"# TYPE {name} counter"]
+        extra = (counter_labels or {}).get(name, counter_label)
         for key in sorted(series):
-            labels = label_text({**tokenizer, counter_label: key})
+            labels = label_text({**tokenizer, extra: key})
             lines.append(f"{name}{labels} {number(series[key])}")
     for h in histograms:
         lines += h.render(tokenizer)

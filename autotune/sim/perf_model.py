@@ -217,6 +217,7 @@ GRAPH_BYTES_PER_TOKEN = 10e6
 DRAFT_WORKSPACE_BYTES_PER_STEP = 0.8e9
 FRAGMENTATION = 1.30  # [estimate] caching-allocator overhead without expandable segments
 FRAGMENTATION_EXPANDABLE = 1.08  # [estimate] PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+KV_SLOT_TOKENS = 8192  # [estimate] nominal tokens a KV slot holds (max_total_num_tokens / slots)
 
 
 @dataclass(frozen=True)
@@ -531,6 +532,12 @@ def running_cap(cfg: SimConfig) -> int:
     r = _resolve(cfg)
     slots = kv_slots(cfg)
     return slots if r.max_running is None else min(slots, r.max_running)
+
+
+def kv_capacity_tokens(cfg: SimConfig) -> int:
+    """Tokens the KV pool holds (``max_total_num_tokens``): the nominal slot size times the
+    slots; the prefix cache's bound too (SGLang caches prefixes in the same pool)."""
+    return kv_slots(cfg) * KV_SLOT_TOKENS
 
 
 def nonstatic_need_bytes(cfg: SimConfig) -> float:
@@ -1060,6 +1067,44 @@ def prefill_seconds(cfg: SimConfig, tokens: int, *, noise: float = 1.0) -> float
     return total * noise
 
 
+# ----------------------------------------------------------------------------------------
+# Prefix (radix) cache
+# ----------------------------------------------------------------------------------------
+# [mem_cache/radix_cache.py] with page_size > 1 a prefix matches in whole pages
+# (RadixKey.page_aligned), and DeepSeek-V4's page is 256 tokens; [managers/schedule_batch.py
+# Req._compute_max_prefix_len] the match stops one token short of the prompt, whose last
+# token is always computed (it gives the first output token's logits). A cached token costs
+# nothing in the forward [estimate]: the model has no context-length term (sparse MLA reads
+# 512 top-k entries whatever the prefix), so the indexer's scan of the prefix is left out.
+def radix_cache_enabled(cfg: SimConfig) -> bool:
+    """The radix cache is on: not ``--disable-radix-cache``, no speculative decoding, not a
+    PD decode server (``disable_radix_cache`` as resolved)."""
+    return not _resolve(cfg).radix_disabled
+
+
+def prefix_cache_page(cfg: SimConfig) -> int:
+    """The prefix cache's granularity in tokens: the KV page size (256 for DeepSeek-V4)."""
+    return _resolve(cfg).page_size
+
+
+def cached_prefix_tokens(cfg: SimConfig, prompt_len: int, shared_len: int) -> int:
+    """Tokens of a ``prompt_len``-token prompt a prefill skips when its first ``shared_len``
+    tokens are cached: whole pages, at most ``prompt_len - 1``; 0 without the radix cache."""
+    if not radix_cache_enabled(cfg) or prompt_len <= 1 or shared_len <= 0:
+        return 0
+    page = max(1, prefix_cache_page(cfg))
+    return min(int(shared_len), int(prompt_len) - 1) // page * page
+
+
+def prompt_prefill_seconds(
+    cfg: SimConfig, prompt_len: int, *, shared_prefix: int = 0, noise: float = 1.0
+) -> float:
+    """Prefill of a ``prompt_len``-token prompt whose first ``shared_prefix`` tokens are in
+    the radix cache: only the uncached suffix is computed (and chunked)."""
+    uncached = int(prompt_len) - cached_prefix_tokens(cfg, prompt_len, shared_prefix)
+    return prefill_seconds(cfg, uncached, noise=noise)
+
+
 def serves_wrong_text(cfg: SimConfig) -> bool:
     """LL128 forced over PCIe while the decode-size all-reduce goes through NCCL corrupts
     activations (§4)."""
@@ -1103,16 +1148,20 @@ def expectation(
     output_len: int,
     deployment: str = "pd",
     prefill: SimConfig | None = None,
+    shared_prefix: int = 0,
 ) -> Expectation:
     """Closed-form steady state. ``deployment``: ``pd`` (router -> prefill -> decode) or
     ``decode`` (clients hit the decode server). The decode server is ``cfg`` in decode mode;
-    the prefill server is ``prefill`` (in prefill mode), by default ``cfg`` in prefill mode."""
+    the prefill server is ``prefill`` (in prefill mode), by default ``cfg`` in prefill mode.
+    ``shared_prefix``: the first tokens of every prompt that the prefill's radix cache holds
+    in the steady state (a shared system prompt that fits in the cache); 0 for random
+    prompts."""
     dec = as_mode(cfg, "decode")
     failed = startup_failure(dec) is not None
     if deployment == "pd":
         pre = as_mode(prefill if prefill is not None else cfg, "prefill")
         failed = failed or startup_failure(pre) is not None
-        p_service = prefill_seconds(pre, input_len)
+        p_service = prompt_prefill_seconds(pre, input_len, shared_prefix=shared_prefix)
         overhead = ROUTER_OVERHEAD_SECONDS + CLIENT_OVERHEAD_SECONDS
         by_prefill = _resolve(pre).spec
     else:
@@ -1174,6 +1223,7 @@ def expected_output_throughput(
     output_len: int,
     deployment: str = "pd",
     prefill: SimConfig | None = None,
+    shared_prefix: int = 0,
 ) -> float:
     """Output tokens/s a closed loop of ``concurrency`` clients measures (0 if it fails)."""
     return expectation(
@@ -1183,6 +1233,7 @@ def expected_output_throughput(
         output_len=output_len,
         deployment=deployment,
         prefill=prefill,
+        shared_prefix=shared_prefix,
     ).output_throughput
 
 
@@ -1194,6 +1245,7 @@ def expected_tpot_ms(
     output_len: int,
     deployment: str = "pd",
     prefill: SimConfig | None = None,
+    shared_prefix: int = 0,
 ) -> float:
     """Mean time per output token after the first, in milliseconds (inf if it fails)."""
     return (
@@ -1205,5 +1257,6 @@ def expected_tpot_ms(
             output_len=output_len,
             deployment=deployment,
             prefill=prefill,
+            shared_prefix=shared_prefix,
         ).tpot_s
     )

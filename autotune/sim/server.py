@@ -46,9 +46,10 @@ from autotune.sim.metrics import (
     scheduler_labels,
     tokenizer_labels,
 )
+from autotune.sim.prefix_cache import PrefixCache
 
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
-SLOT_TOKENS = 8192  # nominal tokens per KV slot, for sglang:token_usage
+SLOT_TOKENS = pm.KV_SLOT_TOKENS  # nominal tokens per KV slot, for sglang:token_usage
 CHAT_DEFAULT_MAX_TOKENS = 128
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 WRITE_BUFFER_LIMIT = 4 * 2**20  # a stream whose client stops reading is aborted
@@ -123,6 +124,11 @@ class Req:
         "transport",
         "unsent",
         "sent_at",
+        "pages",
+        "held",
+        "cached",
+        "matched",
+        "report_cache",
     )
 
     def __init__(
@@ -135,6 +141,8 @@ class Req:
         stream: bool,
         include_usage: bool,
         model: str,
+        cache: PrefixCache | None = None,
+        report_cache: bool = False,
     ) -> None:
         self.rid = uuid.uuid4().hex
         self.seeded: bool | None = None
@@ -142,7 +150,18 @@ class Req:
         server prefilled the request itself."""
         self.kind = kind
         self.key = text.prompt_key(prompt)
-        self.n_prompt = text.prompt_tokens(prompt)
+        self.pages: list[int] = []
+        """Chain keys of the prompt's whole pages (with the radix cache on)."""
+        if cache is not None:
+            units = text.prompt_units(prompt)
+            self.n_prompt = max(1, len(units))
+            self.pages = cache.page_keys(units)
+        else:
+            self.n_prompt = text.prompt_tokens(prompt)
+        self.held = 0  # pages of the prefix cache this request holds locked
+        self.cached = 0  # prompt tokens served from the prefix cache (usage's cached_tokens)
+        self.matched = False  # looked up in the prefix cache (at its first prefill chunk)
+        self.report_cache = report_cache  # --enable-cache-report
         self.max_tokens = max_tokens
         self.ignore_eos = ignore_eos
         self.stream = stream
@@ -178,11 +197,25 @@ class Req:
             suf = "}\n\n"
         return b"data: " + pre.encode(), suf.encode()
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
+        """OpenAI usage; ``prompt_tokens_details.cached_tokens`` only with
+        ``--enable-cache-report`` (SGLang's UsageProcessor)."""
+        out: dict[str, Any] = {
+            "prompt_tokens": self.n_prompt,
+            "completion_tokens": self.generated,
+            "total_tokens": self.n_prompt + self.generated,
+        }
+        if self.report_cache:
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached}
+        return out
+
+    def meta_usage(self) -> dict[str, int]:
+        """``/generate``'s meta_info counts: SGLang always sends ``cached_tokens`` there."""
         return {
             "prompt_tokens": self.n_prompt,
             "completion_tokens": self.generated,
             "total_tokens": self.n_prompt + self.generated,
+            "cached_tokens": self.cached,
         }
 
     def chunk(self, piece: str) -> bytes:
@@ -195,7 +228,7 @@ class Req:
         out: list[dict[str, Any]] = []
         finish = self.finish or "length"
         if self.kind == "generate":
-            meta = {"id": self.rid, "finish_reason": {"type": finish}, **self.usage()}
+            meta = {"id": self.rid, "finish_reason": {"type": finish}, **self.meta_usage()}
             out.append({"text": "".join(self.parts), "meta_info": meta})
         else:
             obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
@@ -233,7 +266,7 @@ class Req:
                 "meta_info": {
                     "id": self.rid,
                     "finish_reason": {"type": finish, "length": self.generated},
-                    **self.usage(),
+                    **self.meta_usage(),
                     "e2e_latency": self.t_last - self.t_arrive,
                 },
             }
@@ -325,11 +358,22 @@ class Engine:
         self.stream_interval = 1
         """SGLang's ``--stream-interval``: stream a chunk every this many tokens (and the
         first and last ones); 1 (the default) streams every decode step."""
+        self.cache: PrefixCache | None = None
+        """The radix cache (None when ``disable_radix_cache`` resolves True: speculative
+        decoding, a PD decode server, or the flag), bounded by the KV pool's tokens."""
+        if pm.radix_cache_enabled(cfg):
+            self.cache = PrefixCache(pm.kv_capacity_tokens(cfg), pm.prefix_cache_page(cfg))
+        self.page = pm.prefix_cache_page(cfg)
+        self.queued_tokens = 0  # prompt tokens of the queued requests (#pending-token)
+        self.cached_tokens: dict[str, int] = {}  # sglang:cached_tokens_total by cache_source
+        self.cache_hit_rate = 0.0  # the last prefill batch's, as SGLang's gauge
+        self._last_prefill_log = time.perf_counter()
 
     # ---- intake ----
     def submit(self, req: Req) -> None:
         key = "true" if req.stream else "false"
         self.prompt_tokens[key] = self.prompt_tokens.get(key, 0) + req.n_prompt
+        self.queued_tokens += req.n_prompt
         self.queue.append(req)
         self.wake.set()
 
@@ -338,6 +382,77 @@ class Engine:
         key = "true" if req.stream else "false"
         self.num_requests[key] = self.num_requests.get(key, 0) + 1
         self.e2e.observe(time.monotonic() - req.t_arrive, 1, key)
+        if req.cached > 0:  # no hierarchical cache: every hit is on the device
+            self.cached_tokens["device"] = self.cached_tokens.get("device", 0) + req.cached
+
+    # ---- prefix cache ----
+    def _match(self, req: Req) -> int:
+        """Lock the request's cached prefix (at most n - 1 tokens, whole pages) and count
+        it as prefilled; returns the cached tokens (SGLang matches when it schedules the
+        request's first chunk)."""
+        req.matched = True
+        if self.cache is None or not req.pages:
+            return 0
+        req.held = self.cache.acquire(req.pages, (req.n_prompt - 1) // self.page)
+        req.cached = req.held * self.page
+        return req.cached
+
+    def _cache_prompt(self, req: Req) -> None:
+        """After its prefill: the prompt's pages enter the cache, locked while it runs."""
+        if self.cache is not None and req.pages:
+            req.held = self.cache.extend(req.pages, req.held)
+
+    def _release(self, req: Req) -> None:
+        if self.cache is not None and req.held:
+            self.cache.release(req.pages, req.held)
+            req.held = 0
+
+    def _retire(self) -> None:
+        """Drop finished requests from the running batch (unlocking their cached pages)."""
+        if self.cache is not None:
+            for r in self.running:
+                if r.held and r.done.done():
+                    self._release(r)
+        self.running = [r for r in self.running if not r.done.done()]
+
+    def idle(self) -> bool:
+        """No running request and none waiting (SGLang's ``is_fully_idle``)."""
+        return not self.running and all(r.done.done() for r in self.queue)
+
+    def flush(self) -> bool:
+        """``/flush_cache``: empty the prefix cache, only when idle (else False)."""
+        if not self.idle():
+            self.log.warning(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.queue)}, #running-req: {len(self.running)}"
+            )
+            return False
+        if self.cache is not None:
+            self.cache.reset()
+        self.log.info("Cache flushed successfully!", tp=True)
+        return True
+
+    def _log_prefill(self, new_seqs: int, new_tokens: int, cached: int, pending: int) -> None:
+        """SGLang's per-batch line (scheduler_components/metrics_reporter.py
+        report_prefill_stats) and the cache-hit gauge it updates."""
+        total = new_tokens + cached
+        self.cache_hit_rate = cached / total if total > 0 else 0.0
+        if self.log.quiet:
+            return
+        now = time.perf_counter()
+        gap = now - self._last_prefill_log
+        self._last_prefill_log = now
+        running = len(self.running) - (new_seqs if self.mode != "prefill" else 0)
+        msg = (
+            f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, "
+            f"#cached-token: {cached}, token usage: {self._token_usage():.2f}, "
+            f"#running-req: {max(0, running)}, #queue-req: {len(self.queue)}, "
+            f"#pending-token: {max(0, pending)}, "
+        )
+        if self.mode == "prefill":
+            msg += "#bootstrap-req: 0, #inflight-req: 0, #optimistic-req: 0, "
+        rate = new_tokens / gap if gap > 0 else 0.0
+        self.log.info(msg + f"cuda graph: False, input throughput (token/s): {rate:.2f}", tp=True)
 
     # ---- loop ----
     async def run(self) -> None:
@@ -359,13 +474,20 @@ class Engine:
         loop = asyncio.get_running_loop()
         while True:
             while self.queue and self.queue[0].done.done():
-                self.queue.popleft()
+                gone = self.queue.popleft()
+                self.queued_tokens -= gone.n_prompt
+                self._release(gone)
             if not self.queue:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
             req = self.queue[0]
+            cached = 0
+            if not req.matched:  # its first chunk: only the uncached suffix is computed
+                cached = self._match(req)
+                req.prefilled = cached
             tokens = min(self.chunk, req.n_prompt - req.prefilled)
+            self._log_prefill(1, tokens, cached, self.queued_tokens - req.prefilled - tokens)
             start = loop.time()
             await self._sleep_until(
                 start + pm.prefill_forward_seconds(self.cfg, tokens) * self._step_noise()
@@ -373,6 +495,9 @@ class Engine:
             req.prefilled += tokens
             if req.prefilled >= req.n_prompt:
                 self.queue.popleft()
+                self.queued_tokens -= req.n_prompt
+                self._cache_prompt(req)  # the KV goes to the decode; its pages stay cached
+                self._release(req)
                 if self.drafts:  # the MTP layer over the prompt and one draft step
                     await self._sleep_until(
                         loop.time()
@@ -391,17 +516,29 @@ class Engine:
             admitted: list[Req] = []
             while self.queue and len(self.running) < self.cap:
                 req = self.queue.popleft()
+                self.queued_tokens -= req.n_prompt
                 if req.done.done():
                     continue
                 self.running.append(req)
                 admitted.append(req)
             if self.mode == "null" and admitted:
                 tokens = sum(r.n_prompt for r in admitted)
+                cached = 0
+                if self.cache is not None:  # one batch, the summed uncached suffixes
+                    for r in admitted:
+                        if r.pages:
+                            cached += self._match(r)
+                    tokens -= cached
+                self._log_prefill(len(admitted), tokens, cached, self.queued_tokens)
                 start = max(next_t, loop.time())
                 next_t = start + pm.prefill_seconds(self.cfg, tokens) * self._step_noise()
                 await self._sleep_until(next_t)
+                if self.cache is not None:
+                    for r in admitted:
+                        if r.pages:
+                            self._cache_prompt(r)
                 await self._emit(admitted, prefill_only=True)
-                self.running = [r for r in self.running if not r.done.done()]
+                self._retire()
                 if not self.running:
                     continue
             batch = len(self.running)
@@ -415,7 +552,7 @@ class Engine:
             await self._sleep_until(next_t)
             self.steps += 1
             await self._emit(list(self.running), prefill_only=False, step=dt)
-            self.running = [r for r in self.running if not r.done.done()]
+            self._retire()
             if self.steps % DECODE_LOG_INTERVAL == 0:
                 self._log_decode(batch, dt)
 
@@ -555,6 +692,7 @@ class Engine:
                     "token per forward).",
                     round(acc, 4),
                 ),
+                "sglang:cache_hit_rate": ("The prefix cache hit rate.", self.cache_hit_rate),
             },
             counters={
                 "sglang:prompt_tokens_total": (
@@ -566,8 +704,13 @@ class Engine:
                     self.generation_tokens,
                 ),
                 "sglang:num_requests_total": ("Number of requests processed.", self.num_requests),
+                "sglang:cached_tokens_total": (
+                    "Number of cached prompt tokens by source (device/host/storage).",
+                    self.cached_tokens,
+                ),
             },
             histograms=(self.ttft, self.itl, self.e2e),
+            counter_labels={"sglang:cached_tokens_total": "cache_source"},
         )
 
 
@@ -920,6 +1063,20 @@ def _deprecated_alias(
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    """``/flush_cache`` (GET or POST): empty the radix cache when idle; ``?timeout=S`` waits
+    up to S seconds for idleness (scheduler_components/flush_wrapper.py), else HTTP 400."""
+    st = _state(request)
+    try:
+        timeout = max(0.0, float(request.query.get("timeout", 0) or 0))
+    except ValueError:
+        return _error(400, "timeout must be a number")
+    deadline = time.monotonic() + timeout
+    while timeout > 0 and not st.engine.idle() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    if timeout > 0 and not st.engine.idle():
+        return web.Response(status=400, text="Timed out waiting for idle state.")
+    if not st.engine.flush():
+        return web.Response(status=400, text="Flush cache failed.\n")
     return web.Response(
         text="Cache flushed.\nPlease check backend logs for more details. "
         "(When there are running or waiting requests, the operation "
@@ -1012,6 +1169,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         stream=stream,
         include_usage=include_usage,
         model=model,
+        cache=st.engine.cache,
+        report_cache=st.cfg.enable_cache_report,
     )
     room = body.get("bootstrap_room")
     if st.pd:
@@ -1048,6 +1207,9 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
                 )
             handoff = await st.receiver.receive(host=host, port=port, room=room_id, rid=req.rid)
             req.seeded = bool(handoff.get("draft_seeded", False))
+            # disaggregation/decode.py: the prefill's cached-token count rides with the KV
+            cached = handoff.get("cached_tokens", 0)
+            req.cached = cached if isinstance(cached, int) and cached > 0 else 0
         except _KVTransferError as exc:
             st.log.error_lines([str(exc)])
             return await _abort(request, req, str(exc), 500)
@@ -1113,7 +1275,12 @@ async def _serve_prefill(
         if room is not None and req.finish != "abort":
             st.rooms.ready(
                 room,
-                {"room": room, "prompt_tokens": req.n_prompt, "draft_seeded": st.engine.drafts},
+                {
+                    "room": room,
+                    "prompt_tokens": req.n_prompt,
+                    "draft_seeded": st.engine.drafts,
+                    "cached_tokens": req.cached,
+                },
             )
             delivered = True
     finally:
@@ -1163,7 +1330,7 @@ async def _abort(request: web.Request, req: Req, message: str, status: int) -> w
     events: list[Any] = []
     if req.kind == "generate":
         finish = {"type": "abort", "message": message, "status_code": status, "err_type": None}
-        meta = {"id": req.rid, "finish_reason": finish, **req.usage()}
+        meta = {"id": req.rid, "finish_reason": finish, **req.meta_usage()}
         events.append({"text": "", "output_ids": [], "meta_info": meta})
     else:
         events.append(
@@ -1212,6 +1379,7 @@ def build_app(state: State) -> web.Application:
         "/get_model_info", _deprecated_alias("/get_model_info", "/model_info", model_info)
     )
     app.router.add_post("/flush_cache", flush_cache)
+    app.router.add_get("/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)

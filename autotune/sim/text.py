@@ -90,6 +90,12 @@ def prompt_tokens(prompt: str | Sequence[int]) -> int:
     return max(1, len(prompt))
 
 
+def prompt_units(prompt: str | Sequence[int]) -> Sequence[int] | Sequence[str]:
+    """The tokens :func:`prompt_tokens` counts, for the prefix cache: the token ids, or the
+    whitespace-separated words of a text prompt."""
+    return prompt.split() if isinstance(prompt, str) else prompt
+
+
 def prompt_key(prompt: str | Sequence[int]) -> int:
     """A stable (process-independent) 32-bit key of a prompt."""
     if isinstance(prompt, str):

@@ -140,6 +140,33 @@ def test_ttft_includes_the_prefill(pd: dict[str, object]) -> None:
     assert first < prefill_s + 10 * step_s + 0.5
 
 
+def _router_ttft(url: str, prompt: str) -> float:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "ignore_eos": True, "stream": True}
+    t0 = time.monotonic()
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {") and '"text": "' in line:
+                return time.monotonic() - t0
+    raise AssertionError("no token")
+
+
+def test_the_prefill_radix_cache_shortens_a_repeated_prompt(pd: dict[str, object]) -> None:
+    """The prefill server keeps a radix cache (SGLang's does; the decode's is off): the same
+    long prompt again through the router computes only its last page, and the decode counts
+    the prefill's cached tokens (disaggregation/decode.py takes them from the hand-over)."""
+    n = 8000
+    prompt = " ".join(text.VOCAB[i * 13 % len(text.VOCAB)] for i in range(n))
+    first = _router_ttft(str(pd["url"]), prompt)
+    second = _router_ttft(str(pd["url"]), prompt)
+    assert second < first / 3, (first, second)
+    metrics = httpx.get(str(pd["decode"]) + "/metrics").text
+    labels = f'cache_source="device",engine_type="decode",model_name="{MODEL}"'
+    series = f"sglang:cached_tokens_total{{{labels}}}"
+    (line,) = [ln for ln in metrics.splitlines() if ln.startswith(series)]
+    assert float(line.split()[-1]) >= (n - 1) // 256 * 256
+
+
 def test_pd_throughput_matches_the_model(pd: dict[str, object]) -> None:
     cfg = config_from_levers(FAST_LEVERS)
     expected = pm.expected_output_throughput(cfg, concurrency=16, input_len=64, output_len=64)
