@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, int]] = {
 
 def vocabulary(size: int) -> list[str]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from autotune.loadgen.client import PROMPT_WORDS
+    from autotune.loadgen.datasets import PROMPT_WORDS
 
     words = list(dict.fromkeys([*SPECIALS, *PROMPT_WORDS]))
     words += [f"w{i:04d}" for i in range(size - len(words))]

@@ -28,7 +28,6 @@ from time import perf_counter, thread_time
 from typing import Any
 
 import httpx
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import BenchError, BenchTimeout
@@ -44,6 +43,11 @@ from autotune.loadgen._http import (
     unreachable,
 )
 from autotune.loadgen.arrivals import ArrivalSchedule
+from autotune.loadgen.datasets import (
+    Prompt,
+    build_prompts,
+    load_tokenizer,
+)
 from autotune.loadgen.estimate import LiveEstimate, ThroughputTracker
 from autotune.loadgen.metrics import Metrics, compute_metrics, with_client_load
 from autotune.loadgen.records import RequestRecord
@@ -57,19 +61,6 @@ AbortRule = Callable[[LiveEstimate], "str | None"]
 
 ESTIMATE_INTERVAL_S = 0.25
 """How often the live estimate is updated (target check and ``abort_if``) while measuring."""
-TOKEN_ID_RANGE = (1000, 30000)
-"""Random prompt token ids stay inside every common vocabulary and away from specials."""
-_WORD_TEXT = (
-    "time person year way day thing man world life hand part child eye woman place work "
-    "week case point government company number group problem fact water room mother area "
-    "money story month lot right study book word business issue side kind head house "
-    "service friend father power hour game line end member law car city community name "
-    "president team minute idea kid body information back parent face others level office "
-    "door health art war history party result change morning reason research girl guy "
-    "moment air teacher force education river stone light garden music cloud paper"
-)
-PROMPT_WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
-"""The words of text prompts; a word-level test tokenizer holds each as one token."""
 _DONE = b"[DONE]"
 _TIMED_OUT = "timed out after"
 
@@ -113,14 +104,23 @@ class BenchResult(BaseModel):
 
 
 class _Bodies:
-    """JSON request bodies, one per dispatch, deterministic in ``spec.seed``."""
+    """JSON request bodies, one per dispatch, in dataset order (deterministic in the seed).
+
+    Prompts are built before a phase starts (:meth:`reserve`, outside any timing: building
+    one costs up to a millisecond, which would show as send lag and steal the event loop
+    from the streams); a phase that outruns its reservation builds more as it goes.
+    """
 
     def __init__(self, spec: LoadSpec, model: str) -> None:
-        self._rng = np.random.default_rng(spec.seed)
         self._spec = spec
+        self._dataset = spec.requests_dataset
+        self._tokenizer = load_tokenizer(spec.tokenizer)
+        self._prompts: list[Prompt] = []
+        self._first = 0
+        """Index of ``_prompts[0]`` in the dataset."""
+        self._next = 0
         self._base: dict[str, Any] = {
             "model": model,
-            "max_tokens": spec.output_len,
             "temperature": spec.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -128,19 +128,56 @@ class _Bodies:
         if spec.ignore_eos is not None:  # a server that refuses unknown fields gets none
             self._base["ignore_eos"] = spec.ignore_eos
 
+    def reserve(self, n: int) -> None:
+        """Have the next ``n`` prompts built (those already sent are dropped)."""
+        have = self._first + len(self._prompts)
+        if self._next + n <= have:
+            return
+        kept = self._prompts[self._next - self._first :]
+        spec = self._spec
+        more = build_prompts(
+            self._dataset,
+            first=have,
+            count=self._next + n - have,
+            seed=spec.seed,
+            form="token_ids" if spec.prompt == "token_ids" else "text",
+            chat=spec.api == "chat",
+            tokenizer=self._tokenizer,
+        )
+        self._prompts = kept + more
+        self._first = self._next
+
+    def prompt(self) -> Prompt:
+        """The next request's prompt."""
+        if self._next >= self._first + len(self._prompts):
+            self.reserve(max(64, len(self._prompts)))
+        p = self._prompts[self._next - self._first]
+        self._next += 1
+        return p
+
     def next(self) -> bytes:
-        n = self._spec.input_len
+        p = self.prompt()
         body = dict(self._base)
-        if self._spec.prompt == "token_ids":
-            body["prompt"] = self._rng.integers(*TOKEN_ID_RANGE, size=n).tolist()
+        body["max_tokens"] = p.output_tokens
+        if self._spec.api == "chat":
+            body["messages"] = (
+                list(p.messages) if p.messages else [{"role": "user", "content": p.text}]
+            )
+        elif p.token_ids is not None:
+            body["prompt"] = list(p.token_ids)
         else:
-            idx = self._rng.integers(0, len(PROMPT_WORDS), size=n)
-            text = " ".join([PROMPT_WORDS[i] for i in idx])
-            if self._spec.api == "chat":
-                body["messages"] = [{"role": "user", "content": text}]
-            else:
-                body["prompt"] = text
+            body["prompt"] = p.text
         return json.dumps(body, separators=(",", ":")).encode()
+
+
+def expected_requests(spec: LoadSpec) -> int:
+    """About how many requests one measure phase of ``spec`` sends (prompts to build)."""
+    if spec.requests is not None and spec.target_rel_ci is None:
+        return spec.requests
+    if spec.request_rate is not None:
+        seconds = spec.duration_s or spec.max_duration_s
+        return int(spec.request_rate * seconds * 1.2) + 16
+    return max(256, 8 * spec.concurrency)
 
 
 class _Attempt:
@@ -694,6 +731,8 @@ class LoadSession:
 
     async def warm_up(self, *, on_phase: PhaseCallback | None = None) -> float:
         """The session's discarded warm-up requests; seconds taken."""
+        assert self._bodies is not None
+        self._bodies.reserve(self.spec.warmup_requests or 0)
         return await _warm_up(self.spec, self._sender(self.spec), self.base, self.limit, on_phase)
 
     async def measure(
@@ -706,6 +745,8 @@ class LoadSession:
         """One measure phase of ``spec`` (the session's own by default); see :func:`arun_load`."""
         spec = spec or self.spec
         base, limit = self.base, self.limit
+        assert self._bodies is not None
+        self._bodies.reserve(expected_requests(spec))
         total = spec.requests or 0
         adaptive = spec.target_rel_ci is not None
         t0 = perf_counter()

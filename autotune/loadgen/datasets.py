@@ -374,8 +374,12 @@ def build_prompts(
     form: Literal["token_ids", "text"],
     chat: bool,
     tokenizer: Tokenizer,
+    first: int = 0,
 ) -> list[Prompt]:
     """Exactly ``count`` prompts, a pure function of ``(spec, seed, count)`` and the tokenizer.
+
+    ``first``: start at prompt ``first`` (``build_prompts(first=k, count=n)`` equals
+    ``build_prompts(count=k + n)[k:]``), so a long run extends its prompts in batches.
 
     ``form="token_ids"`` sets ``Prompt.token_ids`` (completions only: chat takes text);
     ``chat=True`` sets ``Prompt.messages``.
@@ -388,13 +392,15 @@ def build_prompts(
             field="prompt",
             allowed=["text"],
         )
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
     if count == 0:
         return []
-    if isinstance(spec, RandomDataset):
-        return _random_prompts(spec, count, seed, form, chat, tokenizer)
+    if isinstance(spec, RandomDataset):  # one generator per prompt: build only the range
+        return _random_prompts(spec, range(first, first + count), seed, form, chat, tokenizer)
     if isinstance(spec, ShareGPTDataset):
-        return _sharegpt_prompts(spec, count, seed, form, chat, tokenizer)
-    return _shared_prefix_prompts(spec, count, seed, form, chat, tokenizer)
+        return _sharegpt_prompts(spec, first + count, seed, form, chat, tokenizer)[first:]
+    return _shared_prefix_prompts(spec, first + count, seed, form, chat, tokenizer)[first:]
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -448,7 +454,7 @@ def _chat_count(tokenizer: Tokenizer, messages: Sequence[dict[str, str]]) -> int
 
 def _random_prompts(
     spec: RandomDataset,
-    count: int,
+    indices: range,
     seed: int,
     form: str,
     chat: bool,
@@ -457,7 +463,7 @@ def _random_prompts(
     ordinary, safe = _pools(tokenizer)
     words = isinstance(tokenizer, WordTokenizer)
     prompts = []
-    for i in range(count):
+    for i in indices:
         rng = _rng(seed, i)
         n_in = _draw_len(rng, spec.input_len, spec.range_ratio)
         n_out = _draw_len(rng, spec.output_len, spec.range_ratio)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+from autotune.loadgen.datasets import DatasetSpec, RandomDataset
 
 MAX_TOKENS = 1 << 20
 """Longest input or output a load may ask for (prompts are built in memory)."""
@@ -69,6 +70,13 @@ class LoadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     concurrency: int = Field(default=16, ge=1, le=65536)
+    dataset: DatasetSpec | None = None
+    """What the requests ask (:mod:`autotune.loadgen.datasets`: ``random`` with a range
+    ratio, ``sharegpt`` from a file, ``shared_prefix``); ``None``: random prompts of exactly
+    ``input_len`` tokens asking for ``output_len``."""
+    tokenizer: str | None = None
+    """A local tokenizer (directory or ``tokenizer.json``; never the hub) that counts and
+    builds prompt lengths; ``None`` counts words."""
     request_rate: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
     """Open loop: mean arrivals per second (wall clock of the server measured)."""
     burstiness: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
@@ -105,6 +113,13 @@ class LoadSpec(BaseModel):
     slo: SLO = Field(default_factory=SLO)  # type: ignore[arg-type]
 
     _given: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @property
+    def requests_dataset(self) -> DatasetSpec:
+        """The dataset the requests come from (``input_len``/``output_len`` when unset)."""
+        if self.dataset is not None:
+            return self.dataset
+        return RandomDataset(input_len=self.input_len, output_len=self.output_len)
 
     @property
     def open_loop(self) -> bool:
@@ -187,6 +202,15 @@ class LoadSpec(BaseModel):
                     "field": "duration_s",
                 },
             )
+        if self.dataset is not None:
+            lengths = sorted({"input_len", "output_len"} & self.model_fields_set)
+            if lengths:
+                raise PydanticCustomError(
+                    "dataset_lengths",
+                    "{fields} and dataset exclude each other: lengths belong to the dataset "
+                    "(dataset.input_len / output_len for kind random)",
+                    {"fields": " and ".join(lengths), "field": lengths[0]},
+                )
         if self.warmup_requests is None:
             self.warmup_requests = self.concurrency
         if self.prompt is None:
@@ -206,7 +230,9 @@ class LoadSpec(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = ".".join(str(part) for part in err["loc"]) or None
+            field = ".".join(str(part) for part in err["loc"]) or (err.get("ctx") or {}).get(
+                "field"
+            )
             expected = (err.get("ctx") or {}).get("expected")
             raise ConfigError(
                 err["msg"],

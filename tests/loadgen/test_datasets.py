@@ -15,7 +15,6 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from autotune.errors import ConfigError
-from autotune.loadgen import client
 from autotune.loadgen.datasets import (
     PROMPT_WORDS,
     SAMPLE_SHAREGPT,
@@ -64,11 +63,21 @@ def write_json(tmp_path: Path):
 # --- shared constants -------------------------------------------------------------------------
 
 
-def test_prompt_words_and_id_range_are_the_clients() -> None:
-    # client.py will import them from datasets.py; until then they must not drift apart.
-    assert PROMPT_WORDS == client.PROMPT_WORDS
-    assert TOKEN_ID_RANGE == client.TOKEN_ID_RANGE
+def test_prompt_words_are_distinct() -> None:
     assert len(set(PROMPT_WORDS)) == len(PROMPT_WORDS) == 95  # distinct: one id each
+
+
+def test_first_extends_a_shorter_build() -> None:
+    for spec in (
+        RandomDataset(input_len=32, output_len=8, range_ratio=0.5),
+        SharedPrefixDataset(groups=3, prompts_per_group=4, system_prompt_len=16),
+        ShareGPTDataset(path=SAMPLE_SHAREGPT),
+    ):
+        whole = build_prompts(spec, count=40, seed=4, form="text", chat=False, tokenizer=WORDS)
+        tail = build_prompts(
+            spec, first=25, count=15, seed=4, form="text", chat=False, tokenizer=WORDS
+        )
+        assert tail == whole[25:]
 
 
 def test_word_tokenizer_counts_words_and_round_trips_prompt_words() -> None:

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from autotune.loadgen.client import PROMPT_WORDS, TOKEN_ID_RANGE
+from autotune.loadgen.datasets import PROMPT_WORDS, TOKEN_ID_RANGE
 from autotune.sim import perf_model as pm
 from autotune.sim import text
 from autotune.sim.levers import BASELINE, config_from_levers
