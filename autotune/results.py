@@ -71,6 +71,10 @@ class TrialResult(BaseModel):
     overrides: list[str] = Field(default_factory=list)
     server_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Service -> what its own ``/metrics`` counted in the measured phase."""
+    capacity: dict[str, Any] | None = None
+    """A capacity search's result (``TrialRecord.capacity``)."""
+    curve: list[dict[str, Any]] = Field(default_factory=list)
+    """Latency-throughput points on the modeled clock (``TrialRecord.curve``), by ``x``."""
     engine_version: dict[str, str] = Field(default_factory=dict)
     deployment: str | None = None
     restarted: list[str] = Field(default_factory=list)
@@ -119,6 +123,8 @@ class TrialResult(BaseModel):
                 effective=record.effective,
                 overrides=record.overrides,
                 server_metrics=record.server_metrics,
+                capacity=record.capacity,
+                curve=record.curve,
                 engine_version=record.engine_version,
                 deployment=record.deployment,
                 restarted=record.restarted,
