@@ -5,12 +5,10 @@ Found inside one trial on the running server, without a restart: a geometric ram
 bracket (geometric midpoints) until its width is within ``precision`` or the time budget
 is spent. A probe is one measure phase of the study's load at that rate; it passes when
 the ``percentile`` of TTFT, TPOT and E2E are within their set limits, the error rate is at
-most ``max_error_rate``, and (open loop) the server kept up: completed requests/s at least
-``min_served`` x the rate the arrivals actually offered (``Metrics.arrival_rate``: the
-nominal rate's Poisson draw). Without that, a server that falls behind could pass a
-TPOT-only SLO while its queue grows; the check is coarse (completions are counted until
-the last one ends, so a short probe reads a little low), hence its default of 0.9, and a
-latency SLO (TTFT or E2E) is what pins capacity down.
+most ``max_error_rate``, and (open loop) the server kept up: it completed requests at least
+``min_served`` x as fast as they arrived (:func:`served_share`). Without that, a server
+that falls behind could pass a TPOT-only SLO while its queue grows; a latency SLO (TTFT or
+E2E) is what pins capacity down, hence the check's tolerant default of 0.9.
 
 This is what vLLM's ``benchmarks/auto_tune`` and SGLang's ``auto_benchmark`` do across
 restarts, per configuration; here it is one trial's measurement, so the sampler sees
@@ -34,6 +32,7 @@ from pydantic_core import PydanticCustomError
 from autotune.errors import BenchError
 from autotune.loadgen.client import BenchResult, LoadSession, PhaseCallback, ProgressCallback
 from autotune.loadgen.metrics import Metrics, compute_metrics, rescale_time, slo_margins
+from autotune.loadgen.records import RequestRecord
 from autotune.loadgen.spec import LoadSpec
 
 Over = Literal["rate", "concurrency"]
@@ -52,7 +51,9 @@ class CapacitySearch(BaseModel):
     limit: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Highest rate or concurrency probed; capacity at or above it reads as ``limit``."""
     floor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Lowest probed when ``start`` already fails (default ``start / 16``)."""
+    """Lowest probed when ``start`` already fails (default ``start / 8``: at a low load
+    the latencies are as good as they get, so a configuration that still breaks an SLO
+    there has no capacity worth a finer search)."""
     growth: float = Field(default=2.0, gt=1, le=16, allow_inf_nan=False)
     precision: float = Field(default=0.05, gt=0, le=1, allow_inf_nan=False)
     """Stop bisecting when the bracket's upper end is within this share of the lower."""
@@ -115,6 +116,9 @@ class Probe(BaseModel):
             "arrival_rate": m.arrival_rate,
             "error_rate": m.error_rate,
             "completed": m.completed,
+            "send_lag_p99_ms": None if m.send_lag_ms is None else m.send_lag_ms.p99,
+            "client_cpu_share": m.client_cpu_share,
+            "client_bound": m.client_bound,
             **{
                 f"{name}_{p}": getattr(getattr(m, f"{name}_ms"), p)
                 for name in ("ttft", "tpot", "itl", "e2e")
@@ -140,23 +144,47 @@ class CapacityResult(BaseModel):
     precision_reached: bool
 
 
+def served_share(records: Sequence[RequestRecord]) -> float | None:
+    """Completions per second over arrivals per second, each over its own span: (n - 1) /
+    (last end - first end) against (n - 1) / (last due - first due). A server that keeps up
+    finishes requests as they come (the spans match, whatever the latency); one that falls
+    behind completes them at its own pace. Not completions over the whole run, which the
+    last request's latency dilutes (by a tenth for a 3 s latency in a 30 s probe)."""
+    due = [r.due_time for r in records if r.due_time is not None]
+    ends = [r.end_time for r in records if r.ok]
+    if len(due) < 3 or len(ends) < 3:
+        return None
+    arrivals = (len(due) - 1) / max(max(due) - min(due), 1e-9)
+    completions = (len(ends) - 1) / max(max(ends) - min(ends), 1e-9)
+    return completions / arrivals
+
+
 def probe_violations(
-    metrics: Metrics, spec: LoadSpec, search: CapacitySearch, x: float
+    metrics: Metrics,
+    spec: LoadSpec,
+    search: CapacitySearch,
+    x: float,
+    *,
+    served: float | None = None,
 ) -> list[str]:
-    """Why a probe at ``x`` fails the SLOs; empty when it passes."""
+    """Why a probe at ``x`` fails the SLOs; empty when it passes. Stated as ratios, which
+    read the same on the wall clock and on a simulated deployment's modeled one."""
     out = []
+    limits = spec.slo.limits()
     for key, margin in slo_margins(metrics, spec.slo).items():
         if margin > 0:
-            out.append(f"{key.removeprefix('slo_')} over its limit by {margin:.1f} ms")
+            name = key.removeprefix("slo_").removesuffix("_ms")
+            limit = limits[f"{name.split('_')[0]}_ms"]
+            measured = "no sample" if math.isinf(margin) else f"{1 + margin / limit:.2f}x"
+            out.append(f"{name} {measured} its limit")
     if metrics.error_rate > search.max_error_rate:
         out.append(f"error rate {metrics.error_rate:.1%} > {search.max_error_rate:.1%}")
     if search.over == "rate":
-        offered = metrics.arrival_rate or x
-        served = metrics.request_throughput / offered
+        if served is None:  # too few requests for spans: completions over the run
+            served = metrics.request_throughput / (metrics.arrival_rate or x)
         if served < search.min_served:
             out.append(
-                f"served {metrics.request_throughput:.3g} req/s, {served:.0%} of the offered "
-                f"{offered:.3g} (min_served {search.min_served:.0%})"
+                f"served {served:.0%} of the offered rate (min_served {search.min_served:.0%})"
             )
     return out
 
@@ -220,7 +248,8 @@ class _Search:
             violations = [f"no request succeeded: {error}"]
         else:
             metrics = result.metrics
-            violations = probe_violations(metrics, spec, self.search, x)
+            served = served_share(result.records)
+            violations = probe_violations(metrics, spec, self.search, x, served=served)
         probe = Probe(
             x=x, ok=not violations, violations=violations, metrics=metrics, seconds=seconds
         )
@@ -247,7 +276,7 @@ class _Search:
         else:
             return self._result(precise=False)
         if self.lo is None:  # the start failed: ramp down
-            floor = s.floor if s.floor is not None else s.start / 16
+            floor = s.floor if s.floor is not None else s.start / 8
             while self.lo is None and self._fits():
                 nxt = self._round(x / s.growth)
                 if nxt < floor or nxt == x:

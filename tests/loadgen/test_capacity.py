@@ -60,7 +60,7 @@ def test_capacity_brackets_the_servers_service_rate(slotted: FakeServer) -> None
 
 
 def test_a_start_that_fails_ramps_down(slotted: FakeServer) -> None:
-    search = CapacitySearch(start=200.0, precision=0.3, budget_s=60)
+    search = CapacitySearch(start=200.0, floor=1.0, precision=0.3, budget_s=60)
     result, _ = find_capacity(slotted.url, load(duration_s=0.6), search)
     assert result.probes[0].x == 200.0 and not result.probes[0].ok
     assert [p.x for p in result.probes[:3]] == [200.0, 100.0, 50.0]
@@ -115,7 +115,8 @@ def test_served_share_fails_a_server_that_falls_behind() -> None:
     metrics = compute_metrics(records)
     rules = CapacitySearch()
     spec = load(request_rate=20.0)
-    assert any("25% of the offered 20" in v for v in probe_violations(metrics, spec, rules, 20.0))
+    violations = probe_violations(metrics, spec, rules, 20.0)
+    assert any("served 25% of the offered rate" in v for v in violations)
     assert not probe_violations(metrics, load(slo=SLO()), rules, 5.0)
 
 
@@ -128,3 +129,20 @@ def test_sweep_measures_each_point_on_one_server(slotted: FakeServer) -> None:
     ttft4 = points[2].metrics.ttft_ms.p50
     assert ttft4 is not None and points[0].metrics.ttft_ms.p50 is not None
     assert ttft4 > 3 * points[0].metrics.ttft_ms.p50  # past the slots, requests queue
+
+
+def test_served_share_ignores_latency_and_sees_a_backlog() -> None:
+    from autotune.loadgen.capacity import served_share
+    from autotune.loadgen.records import RequestRecord
+
+    def records(ends: list[float]) -> list[RequestRecord]:
+        return [
+            RequestRecord(index=i, send_time=i * 0.1, due_time=i * 0.1, end_time=end)
+            for i, end in enumerate(ends)
+        ]
+
+    # 10 req/s arriving, each answered 3 s later: keeping up, whatever the latency.
+    assert served_share(records([i * 0.1 + 3.0 for i in range(30)])) == pytest.approx(1.0)
+    # Answered one every 0.2 s: half the arrival rate.
+    assert served_share(records([3.0 + i * 0.2 for i in range(30)])) == pytest.approx(0.5)
+    assert served_share(records([1.0, 2.0])) is None  # too few for spans
