@@ -238,3 +238,33 @@ def test_best_prints_mean_ci_and_n_and_ranks_by_the_lower_bound(tmp_path: Path) 
     assert "conservative estimate" in text and "lower 95% bound" in text
     assert "trial #2: 980.0; re-run 1: 990.0" in text
     assert "│ gain over baseline │ 39.4x" in text  # the mean over the baseline's 25 tok/s
+
+
+def test_bench_runs_an_open_loop_on_a_shared_prefix_dataset(tmp_path: Path) -> None:
+    """`autotune bench --request-rate` on a real server: an open loop, reported with its
+    offered rate and send lag; dataset options of another kind are refused by name."""
+    sys.path.insert(0, str(Path(__file__).parent / "loadgen"))
+    from fake_openai_server import serve
+
+    with serve() as server:
+        out = autotune_cli(
+            "bench", "--url", server.url, "--request-rate", "50", "--requests", "20",
+            "--warmup", "0", "--dataset", "shared_prefix", "--gsp-groups", "2",
+            "--gsp-prompts-per-group", "3", "--gsp-system-prompt-len", "16",
+            "--gsp-question-len", "4", "--output-len", "4", "--json",
+            cwd=tmp_path,
+        )  # fmt: skip
+        metrics = json.loads(out.stdout)
+        assert metrics["completed"] == 20 and metrics["arrival_rate"] > 0
+        assert metrics["send_lag_ms"]["p99"] is not None
+        heads = {tuple(p["prompt"][:16]) for p in server.payloads}
+        assert len(heads) == 2
+        bad = autotune_cli(
+            "bench", "--url", server.url, "--range-ratio", "0.5", "--dataset", "sharegpt",
+            cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert bad.returncode == 2 and "--range-ratio" in bad.stderr and "random" in bad.stderr
+        bad = autotune_cli(
+            "bench", "--url", server.url, "--burstiness", "0.5", cwd=tmp_path, check=False
+        )
+        assert bad.returncode == 2 and "--request-rate" in bad.stderr

@@ -30,7 +30,20 @@ _BENCH_OPTIONS = {
     "api": "--api",
     "model": "--model",
     "prompt": "--prompt",
+    "request_rate": "--request-rate",
+    "burstiness": "--burstiness",
+    "max_concurrency": "--max-concurrency",
+    "tokenizer": "--tokenizer",
+    "seed": "--seed",
+    "dataset.range_ratio": "--range-ratio",
+    "dataset.path": "--dataset-path",
+    "dataset.turns": "--turns",
+    "dataset.groups": "--gsp-groups",
+    "dataset.prompts_per_group": "--gsp-prompts-per-group",
+    "dataset.system_prompt_len": "--gsp-system-prompt-len",
+    "dataset.question_len": "--gsp-question-len",
 }
+DATASETS = ("random", "sharegpt", "shared_prefix")
 """LoadSpec field -> the option that sets it, so a refused value names the option."""
 
 
@@ -68,6 +81,36 @@ def bench(
         help="A stream must end with 'data: [DONE]'; --no-require-done also accepts a "
         "clean end after a chunk with a finish_reason (transformers serve).",
     ),
+    request_rate: float | None = typer.Option(
+        None,
+        "--request-rate",
+        help="Open loop: mean requests/s (Poisson or gamma arrivals) instead of a closed "
+        "loop of --concurrency streams.",
+    ),
+    burstiness: float | None = typer.Option(
+        None, "--burstiness", help="Gamma shape of the gaps: 1 Poisson, < 1 burstier."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", min=1, help="Open loop: requests in flight at most."
+    ),
+    dataset: str = typer.Option(
+        "random", "--dataset", help="random, sharegpt (--dataset-path) or shared_prefix."
+    ),
+    range_ratio: float | None = typer.Option(
+        None, "--range-ratio", help="random: lengths uniform in [len x ratio, len]."
+    ),
+    dataset_path: Path | None = typer.Option(
+        None, "--dataset-path", help="sharegpt: a ShareGPT-format JSON file."
+    ),
+    turns: str | None = typer.Option(None, "--turns", help="sharegpt: first or multi."),
+    gsp_groups: int | None = typer.Option(None, "--gsp-groups", min=1),
+    gsp_prompts_per_group: int | None = typer.Option(None, "--gsp-prompts-per-group", min=1),
+    gsp_system_prompt_len: int | None = typer.Option(None, "--gsp-system-prompt-len", min=1),
+    gsp_question_len: int | None = typer.Option(None, "--gsp-question-len", min=1),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="Local tokenizer (dir or tokenizer.json) for lengths."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seeds the prompts and the arrivals."),
     records: Path | None = typer.Option(
         None, "--records", help="Write raw per-request records (JSON lines)."
     ),
@@ -89,26 +132,56 @@ def bench(
         )
     if records is not None:
         check_out(records, option="--records", directory=False)
+    data = _dataset(
+        dataset,
+        input_len=input_len,
+        output_len=output_len,
+        options={
+            "range_ratio": range_ratio,
+            "path": dataset_path,
+            "turns": turns,
+            "output_len": None,
+            "groups": gsp_groups,
+            "prompts_per_group": gsp_prompts_per_group,
+            "system_prompt_len": gsp_system_prompt_len,
+            "question_len": gsp_question_len,
+        },
+    )
+    open_loop = {
+        k: v
+        for k, v in (("burstiness", burstiness), ("max_concurrency", max_concurrency))
+        if v is not None
+    }
+    if open_loop and request_rate is None:
+        first = "--burstiness" if burstiness is not None else "--max-concurrency"
+        raise ConfigError("shapes an open loop: give --request-rate too", field=first)
     try:
-        spec = LoadSpec(
-            concurrency=concurrency,
-            input_len=input_len,
-            output_len=output_len,
-            warmup_requests=concurrency if warmup is None else warmup,
-            requests=None if duration is not None else (requests or 4 * concurrency),
-            duration_s=duration,
-            # The measure phase's hard cap: in-flight requests get a request timeout's time.
-            max_duration_s=max(120.0, duration + 60.0) if duration is not None else 120.0,
-            api=api,  # type: ignore[arg-type]
-            prompt=prompt,  # type: ignore[arg-type]
-            ignore_eos=True if ignore_eos else None,
-            require_done=require_done,
-            model=model,
+        spec = LoadSpec.model_validate(
+            {
+                "concurrency": concurrency,
+                "dataset": data,
+                "request_rate": request_rate,
+                "tokenizer": tokenizer,
+                "seed": seed,
+                **open_loop,
+                "warmup_requests": concurrency if warmup is None else warmup,
+                "requests": None if duration is not None else (requests or 4 * concurrency),
+                "duration_s": duration,
+                # The measure phase's hard cap: in-flight requests get a request timeout.
+                "max_duration_s": max(120.0, duration + 60.0) if duration is not None else 120.0,
+                "api": api,
+                "prompt": prompt,
+                "ignore_eos": True if ignore_eos else None,
+                "require_done": require_done,
+                "model": model,
+            }
         )
     except ValidationError as exc:
         err = validation_error_to_config_error(exc, file=None, model=LoadSpec)
         option = _BENCH_OPTIONS.get(err.field or "", err.field)
         raise ConfigError(err.message, field=option, allowed=err.allowed) from None
+    if spec.request_rate is not None and requests is None and duration is None:
+        spec = spec.model_copy(update={"requests": max(4 * concurrency, 64)})
     result = run_load(url, spec, on_phase=lambda p: err_console.print(Text(p, style="dim")))
     if records is not None:
         with writing("--records"), records.open("w") as fh:
@@ -123,6 +196,36 @@ def bench(
         sys.stdout.write(json.dumps(result.metrics.model_dump(mode="json"), indent=2) + "\n")
     else:
         console.print(metrics_table(result.metrics))
+
+
+_DATASET_OPTIONS = {
+    "random": ("range_ratio",),
+    "sharegpt": ("path", "turns"),
+    "shared_prefix": ("groups", "prompts_per_group", "system_prompt_len", "question_len"),
+}
+
+
+def _dataset(
+    kind: str, *, input_len: int, output_len: int, options: dict[str, object]
+) -> dict[str, object]:
+    """The ``dataset:`` of the options: each kind takes its own; another kind's is an error."""
+    if kind not in DATASETS:
+        raise ConfigError(f"unknown dataset {kind!r}", field="--dataset", allowed=DATASETS)
+    mine = _DATASET_OPTIONS[kind]
+    for name, value in options.items():
+        if value is not None and name not in mine:
+            option = _BENCH_OPTIONS.get(f"dataset.{name}", name)
+            owner = next(k for k, names in _DATASET_OPTIONS.items() if name in names)
+            raise ConfigError(f"applies to --dataset {owner}, not {kind}", field=option)
+    out: dict[str, object] = {"kind": kind}
+    out.update({k: v for k, v in options.items() if v is not None and k in mine})
+    if kind == "random":
+        out.update(input_len=input_len, output_len=output_len)
+    elif kind == "shared_prefix":
+        out["output_len"] = output_len
+    elif kind == "sharegpt" and "path" not in out:
+        raise ConfigError("--dataset sharegpt needs --dataset-path FILE", field="--dataset-path")
+    return out
 
 
 def _check_url(url: str) -> None:

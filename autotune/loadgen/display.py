@@ -42,6 +42,10 @@ def metrics_table(metrics: Metrics) -> Table:
     ]
     if metrics.usage_missing:
         scalars.append(("usage missing (chunks counted)", str(metrics.usage_missing)))
+    if metrics.arrival_rate is not None:
+        scalars.append(("offered rate (arrivals)", f"{metrics.arrival_rate:,.2f} req/s"))
+    if metrics.client_cpu_share is not None:
+        scalars.append(("client event loop busy", f"{100 * metrics.client_cpu_share:.0f}%"))
     for name, value in scalars:
         table.add_row(name, value, "", "", "")
     table.add_section()
@@ -50,6 +54,12 @@ def metrics_table(metrics: Metrics) -> Table:
         table.add_row(
             f"{label} (ms)", _ms(stats.mean), _ms(stats.p50), _ms(stats.p90), _ms(stats.p99)
         )
+    lag = metrics.send_lag_ms
+    if lag is not None:
+        table.add_row("send lag (ms)", _ms(lag.mean), _ms(lag.p50), _ms(lag.p90), _ms(lag.p99))
+    if metrics.client_bound:
+        table.add_section()
+        table.add_row("[yellow]client-bound[/yellow]", Text(metrics.client_bound), "", "", "")
     if metrics.errors:
         table.add_section()
         for message, count in metrics.errors.items():
