@@ -40,6 +40,7 @@ from autotune.results import (
     gain_over_baseline,
     load_remeasurements,
     load_results,
+    objective_label,
     own_trials,
 )
 from autotune.secrets import redacted_command
@@ -129,7 +130,12 @@ def _summary(
         ("aborted early", str(sum(r.aborted is not None for r in results))),
     ]
     if winner is not None:
-        rows.append(("winner (all its measurements)", format_estimate(winner)))
+        rows.append(
+            (
+                "winner (all its measurements)",
+                format_estimate(winner, objective_label(winner.trial.metric_names)[1]),
+            )
+        )
     parts = [_section_open("summary", "Summary"), _kv_table(rows)]
     compare: list[tuple[str, TrialResult]] = []
     if baseline is not None:

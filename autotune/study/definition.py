@@ -363,9 +363,18 @@ def load_study_definition(path: Path) -> StudyDefinition:
     """Load and validate a study file; errors name the file and the field."""
     definition = load_model(path, StudyDefinition)
     definition.source = path.resolve()
-    for field in ("space", "deployment"):
-        target = definition.resolve(getattr(definition, field))
-        if not target.is_file():
+    files: list[tuple[str, Path, bool]] = [
+        ("space", definition.space, True),
+        ("deployment", definition.deployment, True),
+    ]
+    dataset = definition.load.dataset
+    if dataset is not None and dataset.kind == "sharegpt":
+        files.append(("load.dataset.path", dataset.path, True))
+    if definition.load.tokenizer is not None:
+        files.append(("load.tokenizer", Path(definition.load.tokenizer), False))
+    for field, relative, must_be_file in files:
+        target = definition.resolve(relative)
+        if not (target.is_file() if must_be_file else target.exists()):
             # Named here, with the study file, rather than later as a file of its own.
             raise one_line(
                 ConfigError(

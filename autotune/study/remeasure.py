@@ -31,6 +31,7 @@ from autotune.results import (
     config_estimates,
     format_estimate,
     load_remeasurements,
+    objective_label,
     remeasure_candidates,
     remeasure_key,
     winner_candidates,
@@ -232,9 +233,10 @@ class Remeasurer:
         best = best_estimate(ctx.study)
         if best is not None:
             why = f"; {decision.reason}" if settings.policy == "race" else ""
+            unit = objective_label(best.trial.metric_names)[1]
             ctx.progress.message(
-                f"winner: trial #{best.trial.number}, {format_estimate(best)}; "
-                f"conservative estimate {best.lower:,.1f} tok/s{why}"
+                f"winner: trial #{best.trial.number}, {format_estimate(best, unit)}; "
+                f"conservative estimate {best.lower:,.1f} {unit}{why}"
             )
 
     def one(

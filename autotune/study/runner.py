@@ -291,6 +291,14 @@ class Tuner:
         given = {k: getattr(load, k) for k in load.given}
         if load.request_rate is not None:  # a rate of the modeled hardware
             given["request_rate"] = load.request_rate * speedup
+        # Files the load names are relative to the study file, like its space and deployment.
+        if load.tokenizer is not None:
+            given["tokenizer"] = str(self.definition.resolve(Path(load.tokenizer)))
+        dataset = load.dataset
+        if dataset is not None and dataset.kind == "sharegpt":
+            given["dataset"] = dataset.model_copy(
+                update={"path": self.definition.resolve(dataset.path)}
+            )
         return LoadSpec.model_validate(
             {
                 "prompt": quirks.prompt,

@@ -44,6 +44,7 @@ from autotune.results import (
     carried,
     feasible,
     format_estimate,
+    objective_label,
 )
 from autotune.study._optuna_compat import StudySnapshot, storage_of, study_id_of
 from autotune.study.workers import (
@@ -349,7 +350,7 @@ def _best(study: optuna.Study) -> tuple[BestSoFar | None, str | None]:
             half_width=estimate.half_width,
             lower=estimate.lower,
             n=estimate.n,
-            text=format_estimate(estimate),
+            text=format_estimate(estimate, objective_label(estimate.trial.metric_names)[1]),
         ),
         None,
     )

@@ -119,3 +119,22 @@ def test_values_read_the_objectives_own_figure() -> None:
     assert Objective(kind="throughput_vs_ttft", slo=slo).values(metrics) == [900.0, 640.0]
     streams = Objective(kind="capacity", slo=slo, capacity_over="concurrency")
     assert streams.metric_names == ["capacity_streams"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("load: {dataset: {kind: sharegpt, path: convs.json}}\n", "load.dataset.path"),
+        ("load: {tokenizer: models/tok}\n", "load.tokenizer"),
+    ],
+)
+def test_files_the_load_names_must_exist_beside_the_study(
+    tmp_path: Path, body: str, field: str
+) -> None:
+    path = write(tmp_path, body)
+    with pytest.raises(ConfigError) as info:
+        load_study_definition(path)
+    assert f"field '{field}'" in str(info.value) and "relative to the study file" in str(info.value)
+    (tmp_path / "convs.json").write_text("[]")
+    (tmp_path / "models" / "tok").mkdir(parents=True)
+    assert load_study_definition(path).load is not None
