@@ -21,8 +21,9 @@ estimate it uses are modules of their own.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from json.scanner import c_make_scanner  # type: ignore[attr-defined]
 from time import perf_counter, thread_time
 from typing import Any
@@ -119,6 +120,7 @@ class _Bodies:
         self._first = 0
         """Index of ``_prompts[0]`` in the dataset."""
         self._next = 0
+        self._ready: bytes | None = None
         self._base: dict[str, Any] = {
             "model": model,
             "temperature": spec.temperature,
@@ -155,7 +157,17 @@ class _Bodies:
         self._next += 1
         return p
 
+    def prefetch(self) -> None:
+        """Render the next body now (the open loop does it while it waits for the next
+        arrival, so a due request only has to be written)."""
+        if self._ready is None:
+            self._ready = self._render()
+
     def next(self) -> bytes:
+        ready, self._ready = self._ready, None
+        return ready if ready is not None else self._render()
+
+    def _render(self) -> bytes:
         p = self.prompt()
         body = dict(self._base)
         body["max_tokens"] = p.output_tokens
@@ -343,7 +355,7 @@ class _Stream:
                 )
 
 
-async def _request(
+def _request(
     conn: WorkerConnection,
     request: bytes,
     *,
@@ -354,13 +366,44 @@ async def _request(
     tracker: ThroughputTracker | None,
     require_done: bool = True,
     due: float | None = None,
-) -> RequestRecord:
+) -> Awaitable[RequestRecord]:
+    """Send one streamed request; the awaitable gives its record. The request is written
+    before this returns when its connection is open (an open loop's send lag is then the
+    dispatcher's alone, not an event-loop round trip more)."""
     att = _Attempt()
     stream = _Stream(att, chat, tracker, require_done=require_done)
     send = perf_counter()
+    started = conn.start_now(request, stream)
+    return _complete(
+        conn,
+        request,
+        stream,
+        started,
+        send=send,
+        index=index,
+        timeout_s=timeout_s,
+        base=base,
+        due=due,
+    )
+
+
+async def _complete(
+    conn: WorkerConnection,
+    request: bytes,
+    stream: _Stream,
+    started: asyncio.Future[None] | None,
+    *,
+    send: float,
+    index: int,
+    timeout_s: float,
+    base: str,
+    due: float | None,
+) -> RequestRecord:
+    att = stream.att
     try:
         # A total limit: a server that drips one byte a second must not hold the request.
-        await asyncio.wait_for(conn.exchange(request, stream), timeout_s)
+        work = conn.exchange(request, stream) if started is None else conn.finish(started)
+        await asyncio.wait_for(work, timeout_s)
         stream.finish()
     except asyncio.TimeoutError:
         att.error = f"{_TIMED_OUT} {timeout_s:g} s (request_timeout_s)"
@@ -563,9 +606,11 @@ class _OpenLoop(_Loop):
         schedule: ArrivalSchedule,
         start: float,
         max_concurrency: int | None,
+        prefetch: Callable[[], None] | None = None,
         **rules: Any,
     ) -> None:
         super().__init__(**rules)
+        self.prefetch = prefetch
         self.send = send
         self.schedule = schedule
         self.start = start
@@ -584,6 +629,8 @@ class _OpenLoop(_Loop):
             due = self.start + self.schedule.offset(index)
             if self.dispatch_until is not None and due >= self.dispatch_until:
                 return
+            if self.prefetch is not None:
+                self.prefetch()
             wait = due - loop_time() - self.SPIN_S
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -601,16 +648,19 @@ class _OpenLoop(_Loop):
                 return
             self.next_index += 1
             conn = self._idle.pop() if self._idle else self._open()
-            self._spawn(self._one(index, conn, due))
+            pending = self.send(index, conn, due)  # written now on an open connection
+            self._spawn(self._one(pending, conn))
 
     def _open(self) -> int:
         self.connections += 1
         return self.connections - 1
 
-    async def _one(self, index: int, conn: int, due: float) -> None:
+    async def _one(self, pending: Awaitable[RequestRecord], conn: int) -> None:
         try:
-            record = await self.send(index, conn, due)
+            record = await pending
         finally:
+            if isinstance(pending, Coroutine):
+                pending.close()  # cancelled before it ran: no "never awaited" warning
             self._idle.append(conn)
             if self.slots is not None:
                 self.slots.release()
@@ -780,12 +830,18 @@ class LoadSession:
                 schedule=schedule,
                 start=t0,
                 max_concurrency=spec.max_concurrency,
+                prefetch=self._bodies.prefetch,
                 **rules,
             )
         live = None if tracker is None else _Adaptive(spec, tracker, loop, abort_if)
         cap = t0 + spec.max_duration_s
         by_deadline = limit.at is not None and limit.at < cap
         reason = "trial deadline reached" if by_deadline else "max_duration_s reached"
+        # No cyclic garbage collection while measuring: a full collection over thousands of
+        # records (a float per chunk) stalls the event loop for milliseconds, which shows
+        # as send lag and as latency. The phase is bounded; collection resumes after it.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             await loop.run(
                 hard_deadline=limit.earliest(cap),
@@ -794,6 +850,8 @@ class LoadSession:
             )
         finally:
             self._tracker = None
+            if collecting:
+                gc.enable()
         records = loop.records
         measure_seconds = perf_counter() - t0
         cpu_share = (thread_time() - cpu0) / measure_seconds if measure_seconds > 0 else None

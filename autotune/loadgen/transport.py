@@ -372,6 +372,28 @@ class WorkerConnection:
         if not conn.reusable:
             self._conn = None
 
+    def start_now(self, request: bytes, sink: BodySink) -> asyncio.Future[None] | None:
+        """Write ``request`` at once on the open keep-alive connection (no event-loop
+        round trip before it leaves); ``None`` when a connection must be opened first (then
+        :meth:`exchange`)."""
+        conn = self._conn
+        if conn is None or not conn.reusable:
+            return None
+        return conn.start(request, sink)
+
+    async def finish(self, waiter: asyncio.Future[None]) -> None:
+        """Wait for the response of :meth:`start_now` like :meth:`exchange` does."""
+        conn = self._conn
+        assert conn is not None
+        try:
+            await waiter
+        except BaseException:
+            conn.abort()
+            self._conn = None
+            raise
+        if not conn.reusable:
+            self._conn = None
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.abort()
