@@ -38,6 +38,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictInt,
     StrictStr,
     ValidationError,
     field_validator,
@@ -191,6 +192,11 @@ class Deployment(BaseModel):
     """Simulated deployments only: the servers run this many times faster than the hardware
     they model (``${sim_speedup}`` passes it to them). Measured durations are multiplied back
     and throughputs divided, so every stored figure is in the modeled hardware's time."""
+    gpus: StrictInt | None = Field(default=None, ge=1)
+    """GPUs this deployment occupies in total (every service on every host; a simulated
+    deployment: the hardware it models), for figures per GPU (the report's tok/s per GPU).
+    Informational: nothing is placed or checked by it. Unset: unknown, and the report
+    gives those figures per deployment."""
     services: dict[str, ServiceDef] = Field(min_length=1)
 
     _source: Path | None = PrivateAttr(default=None)
