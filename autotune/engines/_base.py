@@ -133,6 +133,9 @@ class BaseEngine(abc.ABC):
     quirks: ClassVar[RequestQuirks] = RequestQuirks()
     version_path: ClassVar[str | None] = None
     """Where a running server says its version (``/server_info``, ``/version``)."""
+    cache_flush_path: ClassVar[str | None] = None
+    """``POST`` here empties the server's prefix cache (SGLang ``/flush_cache``): a server
+    kept from the previous trial must not answer this trial's prompts from its cache."""
 
     def __init__(self, *, version: str | None = None) -> None:
         self.version = version or self.default_version

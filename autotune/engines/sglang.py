@@ -46,3 +46,5 @@ class SGLangEngine(BaseEngine):
         ignore_eos=True, require_done=True, prompt="text"
     )
     version_path: ClassVar[str | None] = "/server_info"
+    # srt/entrypoints/http_server.py: flush_cache (GET/POST), refused while requests run.
+    cache_flush_path: ClassVar[str | None] = "/flush_cache"

@@ -54,4 +54,7 @@ class VLLMEngine(BaseEngine):
         spec_drafted="vllm:spec_decode_num_draft_tokens_total",
     )
     quirks: ClassVar[RequestQuirks] = RequestQuirks(ignore_eos=True, require_done=True)
+    # vllm/entrypoints/serve/dev/cache/api_router.py: POST /reset_prefix_cache, served with
+    # VLLM_SERVER_DEV_MODE=1 (a 404 otherwise: the cache is then kept, and said once).
+    cache_flush_path: ClassVar[str | None] = "/reset_prefix_cache"
     version_path: ClassVar[str | None] = "/version"

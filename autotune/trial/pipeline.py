@@ -20,6 +20,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import httpx
 
 from autotune.deployment import Deployment
 from autotune.engines import BaseEngine
@@ -207,6 +210,7 @@ class TrialPipeline:
         record.effective = dict(applied.info)
         self._read_back(prepared, record)
 
+        self._flush_kept_caches(specs, kept=set(specs) - set(applied.restarted), record=record)
         endpoint = self.deployment.endpoint_url(specs)
         failpoint("probe")
         t = time.monotonic()
@@ -308,6 +312,35 @@ class TrialPipeline:
         return self.measure(prepared, fresh=fresh, abort_if=abort_if)
 
     # ------------------------------------------------------------------ helpers
+
+    def _flush_kept_caches(
+        self, specs: Mapping[str, ServiceSpec], *, kept: set[str], record: TrialRecord
+    ) -> None:
+        """Empty the prefix caches of the services kept from the previous trial, so that
+        every trial starts from an empty cache as a restarted server does (kept ones would
+        otherwise hold the previous trial's prompts, which are this trial's too). A server
+        that refuses says so once; the trial goes on."""
+        for name in sorted(kept):
+            spec = specs[name]
+            engine = self.engines.get(spec.settings_of)
+            path = engine.cache_flush_path if engine is not None else None
+            if path is None or not spec.health_url:
+                continue
+            parts = urlsplit(spec.health_url)
+            url = f"{parts.scheme}://{parts.netloc}{path}"
+            try:
+                response = httpx.post(url, params={"timeout": "10"}, timeout=15.0)
+                ok = response.status_code == 200
+                why = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                ok, why = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                record.cache_flushed.append(name)
+                continue
+            warning = f"warning: {name}: could not empty its prefix cache ({url}: {why})"
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self.on_warning(warning)
 
     def _metrics_watch(self, specs: Mapping[str, ServiceSpec]) -> ServerMetricsWatch:
         """A watch over every service that has a ``metrics_url`` and an engine that names

@@ -92,6 +92,8 @@ class TrialRecord(BaseModel):
     aborted: str | None = None
     """Why the measure phase was cut short (clearly below the incumbent): the values are a
     partial estimate and the trial never wins unless re-measured."""
+    cache_flushed: list[str] = Field(default_factory=list)
+    """Services kept from the previous trial whose prefix cache was emptied before this one."""
     capacity: dict[str, Any] | None = None
     """A capacity search's result (:class:`autotune.trial.measurement.Measured`): the
     highest passing rate or concurrency, the failing one above it, why it stopped."""

@@ -25,7 +25,8 @@ from autotune.trial import MeasurePlan, PipelineSettings, TrialPipeline
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
 SIM = REPO / "launchers" / "sim-dsv4-flash-pd.yaml"
-SPEEDUP = load_deployment(SIM).sim_speedup
+DEPLOYMENT = load_deployment(SIM)  # one: its free ports are chosen once per deployment
+SPEEDUP = DEPLOYMENT.sim_speedup
 # Fast on the twin: no speculation, nvfp4 with the flashinfer kernels (TPOT ~10 ms modeled).
 CONFIG = {
     "speculative": "off",
@@ -83,7 +84,7 @@ def pipeline(launcher: LocalLauncher, kind: str, plan: MeasurePlan, **load: Any)
     }
     return TrialPipeline(
         space=space,
-        deployment=load_deployment(SIM),
+        deployment=DEPLOYMENT,
         launcher=launcher,
         scorer=Objective(kind=kind, slo=SLOSettings(**SLO_MS)),
         load=LoadSpec.model_validate(spec),
@@ -127,18 +128,23 @@ def test_a_goodput_trial_counts_requests_within_the_slos(launcher: LocalLauncher
     outcome = p.evaluate(config(p))
     m = outcome.record.metrics
     assert outcome.failure is None, outcome.record.reason
+    # Kept from the capacity trial: their prefix caches were emptied first (the router has
+    # no cache of its own), so this trial's shared prefixes start uncached like a restart's.
+    assert outcome.record.restarted == []
+    assert outcome.record.cache_flushed == ["decode", "prefill"]
     assert outcome.values == [m["goodput"]]
     assert 0 < m["goodput"] <= m["request_throughput"] + 1e-9
     assert m["arrival_rate"] is not None  # an open loop
     assert m["send_lag_ms"]["p50"] is not None
 
 
-def test_a_curve_is_a_sweep_after_the_measurement(launcher: LocalLauncher) -> None:
+def test_a_curve_is_a_sweep_on_the_same_processes(launcher: LocalLauncher) -> None:
     curve = SweepSpec(over="concurrency", points=[1, 4])
     p = pipeline(launcher, "throughput", MeasurePlan(curve=curve), duration_s=None, requests=8)
     outcome = p.evaluate(config(p))
     record = outcome.record
     assert outcome.failure is None, record.reason
+    assert record.restarted == []  # the processes of the trials before
     assert [pt["x"] for pt in record.curve] == [1, 4]
     low, high = record.curve
     assert high["output_throughput"] > 1.5 * low["output_throughput"]
