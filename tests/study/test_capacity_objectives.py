@@ -138,3 +138,14 @@ def test_files_the_load_names_must_exist_beside_the_study(
     (tmp_path / "convs.json").write_text("[]")
     (tmp_path / "models" / "tok").mkdir(parents=True)
     assert load_study_definition(path).load is not None
+
+
+def test_the_vllm_capacity_study_is_valid() -> None:
+    """Its tokenizer is the model `make vllm-cpu` builds; the rest must validate as is."""
+    from autotune.study.definition import StudyDefinition
+    from autotune.yamlio import load_model
+
+    d = load_model(REPO / "studies" / "vllm-cpu-capacity.yaml", StudyDefinition)
+    assert d.objective == "capacity" and d.load.tokenizer == "models/llama-tiny"
+    search, _ = d.measure_plan()
+    assert search is not None and search.over == "rate"
