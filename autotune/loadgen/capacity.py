@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from time import monotonic, perf_counter
 from typing import Any, Literal
 
@@ -344,12 +345,21 @@ async def afind_capacity(
     Raises :class:`BenchError` when warm-up fails (the server cannot be measured at all);
     a probe at which nothing succeeds is a failed probe, not an error.
     """
+    async with _warmed(url, spec, deadline, on_phase) as (session, warmup):
+        result = await _Search(session, spec, search, on_probe, deadline, on_progress).run()
+    return result, warmup
+
+
+@asynccontextmanager
+async def _warmed(
+    url: str, spec: LoadSpec, deadline: float | None, on_phase: PhaseCallback | None
+) -> AsyncIterator[tuple[LoadSession, float]]:
+    """A session on ``url``, warmed up once (its seconds beside it), in its measure phase."""
     async with LoadSession(url, spec, deadline=deadline) as session:
         warmup = await session.warm_up(on_phase=on_phase)
         if on_phase:
             on_phase("measure")
-        result = await _Search(session, spec, search, on_probe, deadline, on_progress).run()
-    return result, warmup
+        yield session, warmup
 
 
 def find_capacity(
@@ -389,10 +399,7 @@ async def asweep(
     """A latency-throughput curve: ``spec`` measured at each rate or concurrency in turn on
     the running server (one warm-up); each point says whether it met the SLOs."""
     rules = CapacitySearch(over=over, max_error_rate=max_error_rate)
-    async with LoadSession(url, spec, deadline=deadline) as session:
-        await session.warm_up(on_phase=on_phase)
-        if on_phase:
-            on_phase("measure")
+    async with _warmed(url, spec, deadline, on_phase) as (session, _):
         search = _Search(session, spec, rules, None, deadline)
         for x in points:
             await search.probe(search._round(x))

@@ -363,14 +363,7 @@ class WorkerConnection:
                 conn.abort()
             conn = self._conn = None
             conn = self._conn = await self._connect()
-        try:
-            await conn.start(request, sink)
-        except BaseException:
-            conn.abort()
-            self._conn = None
-            raise
-        if not conn.reusable:
-            self._conn = None
+        await self.finish(conn.start(request, sink))
 
     def start_now(self, request: bytes, sink: BodySink) -> asyncio.Future[None] | None:
         """Write ``request`` at once on the open keep-alive connection (no event-loop
