@@ -257,6 +257,10 @@ def _label(branch: Any) -> set[str]:
         labels.add("literal[" + ",".join(repr(a) for a in get_args(base)) + "]")
     elif isinstance(base, type):
         labels.add(base.__name__)
+        if issubclass(base, BaseModel):  # a discriminated union labels a branch by its tag
+            for info in base.model_fields.values():
+                if get_origin(info.annotation) is Literal:
+                    labels |= {str(a) for a in get_args(info.annotation)}
     return labels
 
 

@@ -97,7 +97,7 @@ def bench(
         "random", "--dataset", help="random, sharegpt (--dataset-path) or shared_prefix."
     ),
     range_ratio: float | None = typer.Option(
-        None, "--range-ratio", help="random: lengths uniform in [len x ratio, len]."
+        None, "--range-ratio", help="random: lengths uniform from len x ratio up to len."
     ),
     dataset_path: Path | None = typer.Option(
         None, "--dataset-path", help="sharegpt: a ShareGPT-format JSON file."

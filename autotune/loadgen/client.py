@@ -740,11 +740,14 @@ class LoadSession:
 
     async def __aenter__(self) -> LoadSession:
         spec = self.spec
-        conn = self._conn(0)
-        self.model = spec.model or await _resolve_model(
-            conn, self.target, self.base, spec.request_timeout_s, self.limit
-        )
-        self._bodies = _Bodies(spec, self.model)
+        try:
+            self.model = spec.model or await _resolve_model(
+                self._conn(0), self.target, self.base, spec.request_timeout_s, self.limit
+            )
+            self._bodies = _Bodies(spec, self.model)
+        except BaseException:
+            await self.__aexit__()  # no ``async with`` body ran: close what was opened
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -57,6 +57,12 @@ def write(tmp_path: Path, body: str) -> Path:
         ("curve: {over: concurrency, points: [1, 2.5]}\n", "curve.points", "whole numbers"),
         ("curve: {points: []}\n", "curve.points", "at least 1"),
         ("load: {dataset: {kind: random}, input_len: 9}\n", "load.input_len", "dataset"),
+        # the discriminated union's tag is not part of the field (found by the study fuzz)
+        (
+            "load: {dataset: {kind: shared_prefix, bogus: 1}}\n",
+            "load.dataset.bogus",
+            "prompts_per_group",
+        ),
     ],
 )
 def test_bad_measurement_settings_name_the_field(
