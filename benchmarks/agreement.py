@@ -17,14 +17,25 @@ that each tool's run-to-run spread is measured beside the cross-tool difference:
   --max-concurrency C``, a semaphore in front of all N requests created at once; AIPerf's
   ``--concurrency C``); no warm-up in any tool (vLLM's warm-up would repeat the first prompt,
   autotune's uses prompts of its own), vLLM's one-request readiness probe off; the server is
-  warmed once before the first round. ``--request-rate R [--burstiness B] [--max-concurrency
-  C]`` asks for open-loop arrivals instead: run only once autotune's ``LoadSpec`` has a
-  ``request_rate`` field (until then the script says so and stops);
+  warmed once before the first round and its prefix cache flushed before every run;
+* open loop (``--request-rate R --burstiness B [--max-concurrency C]``, passed to both
+  tools, vLLM with ``--seed``): the two tools draw their arrivals from different generators,
+  and vLLM rescales its gaps so that the last request is due at exactly N/R (autotune's
+  first is due at 0, its last wherever its gaps sum to), so each round also runs autotune
+  with another seed (``autotune_seed2``: its own spread between two arrival realizations,
+  the yardstick for the cross-tool difference) and autotune on vLLM's own schedule
+  (``autotune_replay``: :func:`vllm_arrival_offsets` rebuilds it exactly from the seed,
+  :func:`replayed_arrivals` feeds it to autotune's client), which leaves only the clients'
+  difference;
+* shared prefix (``--shared-prefix G,P,S,Q``): autotune's ``shared_prefix`` dataset, its
+  prompts written to the same ShareGPT file for vLLM;
 * the same token counts: all three take output tokens from the server's ``usage``.
 
 Figures per tool: output tok/s, TTFT p50/p99 (and p99 without the start-up wave), TPOT
-p50/p99, ITL p50/p99/mean, E2E p50/p99, duration, means; each tool's own mean and relative SD
-over the rounds, and the relative difference of the means. Beside them, per run, the server's
+p50/p99, ITL p50/p99/mean, E2E p50/p99, duration, means (open loop: also the offered rate,
+the send lag behind the schedule, the slot wait); each arm's own mean and relative SD over the
+rounds, and per pair of arms the relative difference of the means and the mean per-round
+|difference|. Beside them, per run, the server's
 own mean TTFT, TPOT and E2E (its /metrics histograms, scraped before and after the run) and
 the CPU the client and the server used: what tells a client's delay from the server's. Then
 the same raw data under the other tool's definition, where the definitions differ
@@ -47,7 +58,8 @@ aiperf==0.13.0`` in a virtual environment of its own):
     .venv/bin/python benchmarks/agreement.py                      # sim, C=16, 128/64, 256 x 3
     .venv/bin/python benchmarks/agreement.py --aiperf /tmp/aiperf-venv/bin/aiperf
     .venv/bin/python benchmarks/agreement.py --server vllm --requests 128
-    .venv/bin/python benchmarks/agreement.py --request-rate 8 --burstiness 0.5   # open loop
+    .venv/bin/python benchmarks/agreement.py --rounds 4 --request-rate 4.5 --burstiness 0.5
+    .venv/bin/python benchmarks/agreement.py --rounds 4 --shared-prefix 8,32,512,128
 """
 
 from __future__ import annotations
@@ -77,6 +89,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotune.loadgen import LoadSpec, run_load  # noqa: E402
+from autotune.loadgen.arrivals import arrival_offsets  # noqa: E402
 from autotune.loadgen.client import _Bodies  # noqa: E402
 from autotune.loadgen.records import RequestRecord  # noqa: E402
 from autotune.sim.levers import BASELINE, SERVED_NAME, levers_to_command  # noqa: E402
@@ -84,8 +97,27 @@ from autotune.sim.levers import BASELINE, SERVED_NAME, levers_to_command  # noqa
 VLLM_ENV = REPO / ".venv-engines" / "vllm-0.32.0"
 TOKENIZER = REPO / "studies" / "models" / "llama-tiny"
 VLLM_MODEL = "llama-tiny"
-TOOLS = ("autotune", "vllm", "aiperf")
-LABELS = {"autotune": "autotune loadgen", "vllm": "vllm bench serve", "aiperf": "AIPerf"}
+TOOLS = ("autotune", "autotune_seed2", "autotune_replay", "vllm", "aiperf")
+"""The arms a round can run; ``autotune_seed2`` and ``autotune_replay`` only in an open loop."""
+LABELS = {
+    "autotune": "autotune loadgen",
+    "autotune_seed2": "autotune, other seed",
+    "autotune_replay": "autotune on vLLM's schedule",
+    "vllm": "vllm bench serve",
+    "aiperf": "AIPerf",
+}
+PAIRS = (
+    ("vllm", "autotune"),
+    ("aiperf", "autotune"),
+    ("autotune_seed2", "autotune"),
+    ("vllm", "autotune_replay"),
+)
+"""(a, b): the table's differences, (a - b) / b. ``autotune_seed2`` vs ``autotune`` is one
+tool's own spread between two arrival realizations at the same settings, the yardstick for
+``vllm`` vs ``autotune``, whose arrivals differ too; ``vllm`` vs ``autotune_replay`` is the
+cross-tool difference on one and the same arrival schedule."""
+SEED2_OFFSET = 1000
+"""``autotune_seed2`` runs with seed ``--seed + round + SEED2_OFFSET``."""
 SIM_LEVERS: dict[str, object] = {
     **BASELINE,
     # the sim's fast, correct configuration (tests/sim/conftest.py FAST_LEVERS), speculative
@@ -124,12 +156,19 @@ FIGURES = (
     ("e2e_p50", "E2E p50 ms"),
     ("e2e_p99", "E2E p99 ms"),
     ("duration_s", "duration s"),
+    ("request_throughput", "request throughput req/s"),
+    ("offered_rate", "offered rate req/s, (n - 1) / (last arrival - first)"),
+    ("first_arrival_s", "first arrival s after the start"),
+    ("send_lag_p50", "send lag p50 ms (arrival behind its schedule)"),
+    ("send_lag_p99", "send lag p99 ms"),
+    ("slot_wait_mean", "slot wait mean ms (max_concurrency; outside TTFT/E2E)"),
     ("ttft_mean", "TTFT mean ms"),
     ("server_ttft_mean", "TTFT mean ms, the server's own (/metrics)"),
     ("tpot_mean", "TPOT mean ms"),
     ("server_tpot_mean", "TPOT mean ms, the server's own (/metrics)"),
     ("e2e_mean", "E2E mean ms"),
     ("server_e2e_mean", "E2E mean ms, the server's own (/metrics)"),
+    ("server_cached_pct", "prompt tokens from the prefix cache, % (the server's)"),
     ("client_cpu_pct", "client CPU % of one core"),
     ("server_cpu_pct", "server CPU % of one core"),
 )
@@ -144,10 +183,6 @@ CROSS = (
     ("autotune", "e2e_p50_last_text", "autotune: E2E p50 ms, end = last text chunk (AIPerf's)"),
 )  # fmt: skip
 """(tool, key, label): one tool's raw data under another tool's definition."""
-
-
-class OpenLoopUnsupported(Exception):
-    """autotune's LoadSpec has no open-loop (request rate) fields yet."""
 
 
 # ------------------------------------------------------------------------ the load
@@ -165,6 +200,10 @@ class Load:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     """Open loop only: at most this many requests in flight (``None``: no cap)."""
+    shared_prefix: tuple[int, int, int, int] | None = None
+    """``(groups, prompts_per_group, system_prompt_len, question_len)``: autotune's
+    ``shared_prefix`` dataset (``output_len`` as the answer length) instead of random prompts
+    of ``input_len`` words."""
 
     @property
     def closed(self) -> bool:
@@ -172,14 +211,14 @@ class Load:
 
 
 def load_spec(load: Load, *, seed: int, model: str) -> LoadSpec:
-    """autotune's spec for ``load``: no warm-up, text prompts, a fixed request count.
+    """autotune's spec for ``load``: no warm-up, text prompts, a fixed request count; open
+    loop: ``request_rate``, ``burstiness`` and ``max_concurrency`` as given."""
+    return LoadSpec.model_validate(spec_data(load, seed=seed, model=model))
 
-    Raises :class:`OpenLoopUnsupported` for an open-loop load while ``LoadSpec`` has no
-    ``request_rate`` field.
-    """
+
+def spec_data(load: Load, *, seed: int | str, model: str) -> dict[str, Any]:
+    """The fields :func:`load_spec` gives ``LoadSpec``."""
     data: dict[str, Any] = {
-        "input_len": load.input_len,
-        "output_len": load.output_len,
         "requests": load.requests,
         "warmup_requests": 0,
         "prompt": "text",
@@ -190,25 +229,98 @@ def load_spec(load: Load, *, seed: int, model: str) -> LoadSpec:
         "max_duration_s": 3600.0,
         "request_timeout_s": 600.0,
     }
+    if load.shared_prefix is None:
+        data.update(input_len=load.input_len, output_len=load.output_len)
+    else:
+        groups, per_group, system, question = load.shared_prefix
+        data["dataset"] = {
+            "kind": "shared_prefix", "groups": groups, "prompts_per_group": per_group,
+            "system_prompt_len": system, "question_len": question, "output_len": load.output_len,
+        }  # fmt: skip
     if load.closed:
         data["concurrency"] = load.concurrency
     else:
-        fields = LoadSpec.model_fields
-        if "request_rate" not in fields:
-            raise OpenLoopUnsupported(
-                "open-loop arrivals (--request-rate) need LoadSpec.request_rate, which "
-                "autotune's load generator does not have yet (autotune/loadgen/spec.py); "
-                "skipped: only closed-loop settings can be compared today"
-            )
-        data["request_rate"] = load.request_rate
-        if "burstiness" in fields:
-            data["burstiness"] = load.burstiness
-        elif load.burstiness != 1.0:
-            raise OpenLoopUnsupported("LoadSpec has request_rate but no burstiness: skipped")
+        data.update(request_rate=load.request_rate, burstiness=load.burstiness)
         if load.max_concurrency is not None:
-            key = "max_concurrency" if "max_concurrency" in fields else "concurrency"
-            data[key] = load.max_concurrency
-    return LoadSpec.model_validate(data)
+            data["max_concurrency"] = load.max_concurrency
+    return data
+
+
+def vllm_arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """When ``vllm bench serve --request-rate rate --burstiness b --seed seed`` makes each of
+    its ``n`` requests due, in seconds after its start (vllm/benchmarks/serve.py
+    ``get_request``, 0.32.0: lines 468-497): one ``np.random.gamma(shape=b, scale=1/(rate b))``
+    per request from the global RandomState (seeded with ``--seed`` in ``main_async``, serve.py
+    2012-2013; the ShareGPT loader with ``--disable-shuffle --no-oversample`` draws nothing
+    from it), cumulated, then scaled so that the last one is due at exactly ``n / rate``.
+    Request 0 is due after one gap, not at once. Legacy RandomState streams are frozen across
+    numpy versions, so this environment's numpy reproduces the vLLM environment's."""
+    import numpy as np
+
+    rs = np.random.RandomState(seed)
+    theta = 1.0 / (rate * burstiness)
+    delays = [rs.gamma(shape=burstiness, scale=theta) for _ in range(n)]
+    for i in range(1, n):
+        delays[i] += delays[i - 1]
+    if delays and delays[-1] != 0:
+        factor = (n / rate) / delays[-1]
+        delays = [d * factor for d in delays]
+    return [float(d) for d in delays]
+
+
+class ReplaySchedule:
+    """Stands in for ``autotune.loadgen.arrivals.ArrivalSchedule`` (same ``offset(index)``):
+    the open loop's arrivals read from a given list (past its end: one mean gap apart)."""
+
+    def __init__(self, offsets: Sequence[float], rate: float) -> None:
+        self.offsets = list(offsets)
+        self.rate = rate
+
+    def offset(self, index: int) -> float:
+        if index < len(self.offsets):
+            return self.offsets[index]
+        return self.offsets[-1] + (index - len(self.offsets) + 1) / self.rate
+
+
+@contextlib.contextmanager
+def replayed_arrivals(offsets: Sequence[float]) -> Iterator[list[ReplaySchedule]]:
+    """autotune's open loop, within the block, takes its arrivals from ``offsets``; yields
+    the list of schedules built (one per measure phase: empty if the swap missed).
+
+    autotune has no option for a given schedule: this replaces the ``ArrivalSchedule`` its
+    client builds per measure phase (``autotune/loadgen/client.py`` ``LoadSession.measure``);
+    :func:`due_match` checks afterwards, on the records' ``due_time``, that it took effect."""
+    from autotune.loadgen import client
+
+    original = client.ArrivalSchedule
+    built: list[ReplaySchedule] = []
+
+    def factory(*, rate: float, burstiness: float = 1.0, seed: int = 0) -> ReplaySchedule:
+        built.append(ReplaySchedule(offsets, rate))
+        return built[-1]
+
+    client.ArrivalSchedule = factory  # type: ignore[assignment,misc]
+    try:
+        yield built
+    finally:
+        client.ArrivalSchedule = original  # type: ignore[misc]
+
+
+def slot_waits(due: Sequence[float], offsets: Sequence[float]) -> list[float]:
+    """Per request, how long past its scheduled arrival it was made due again (a freed
+    ``max_concurrency`` slot: autotune then moves ``due_time`` to the slot-free instant),
+    seconds; ``due`` in dispatch order, the start taken as request 0's due minus its offset
+    (request 0 never waits for a slot). Zero (to float rounding) without a cap."""
+    if not due:
+        return []
+    start = due[0] - offsets[0]
+    return [d - (start + o) for d, o in zip(due, offsets, strict=False)]
+
+
+def due_match(due: Sequence[float], offsets: Sequence[float], tol_s: float = 1e-6) -> float:
+    """The share of requests made due exactly on ``offsets`` (to ``tol_s``)."""
+    waits = slot_waits(due, offsets)
+    return sum(abs(w) <= tol_s for w in waits) / len(waits) if waits else 0.0
 
 
 def autotune_prompts(spec: LoadSpec, model: str) -> list[str]:
@@ -221,7 +333,8 @@ def autotune_prompts(spec: LoadSpec, model: str) -> list[str]:
         body = json.loads(bodies.next())
         if i < skip:
             continue
-        assert body["max_tokens"] == spec.output_len and body.get("ignore_eos") is True, body
+        want = spec.requests_dataset.output_len
+        assert body["max_tokens"] == want and body.get("ignore_eos") is True, body
         out.append(str(body["prompt"]))
     return out
 
@@ -258,10 +371,13 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def autotune_figures(
-    records: Sequence[RequestRecord], metrics: Any, *, first_wave: int = 0
-) -> dict[str, Any]:
+    records: Sequence[RequestRecord], metrics: Any, *, first_wave: int = 0,
+    offsets: Sequence[float] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """autotune's own figures (its ``Metrics``), and its records under the others' rules;
-    ``first_wave``: how many requests (by dispatch index) the start-up wave has."""
+    ``first_wave``: how many requests (by dispatch index) the start-up wave has; ``offsets``
+    (open loop): the arrival schedule it ran, by request index (slot waits, and whether the
+    records' due times are the schedule's)."""
     ok = [r for r in records if r.ok]
     later = [t for r in ok if r.index >= first_wave and (t := r.ttft_s) is not None]
     vllm_gaps: list[float] = []  # vLLM's ITL: every chunk with choices, the finish chunk too
@@ -294,12 +410,41 @@ def autotune_figures(
         "input_tokens": m.input_tokens,
         "itl_mean_vllm": 1000 * _mean(vllm_gaps) if vllm_gaps else None,
         "e2e_p50_last_text": 1000 * _pct(last_text, 50) if last_text else None,
+        "request_throughput": m.request_throughput,
+        **_autotune_open_loop(records, m, offsets),
     }
 
 
-def vllm_figures(result: Mapping[str, Any], *, first_wave: int = 0) -> dict[str, Any]:
+def _autotune_open_loop(
+    records: Sequence[RequestRecord], m: Any, offsets: Sequence[float] | None
+) -> dict[str, Any]:
+    lag = m.send_lag_ms
+    out: dict[str, Any] = {
+        "offered_rate": m.arrival_rate,
+        "send_lag_p50": None if lag is None else lag.p50,
+        "send_lag_p99": None if lag is None else lag.p99,
+    }
+    due = [r.due_time for r in sorted(records, key=lambda r: r.index)]
+    if offsets is not None and due and all(d is not None for d in due):
+        ordered = [offsets[r.index] for r in sorted(records, key=lambda r: r.index)]
+        waits = slot_waits(due, ordered)  # type: ignore[arg-type]
+        out["first_arrival_s"] = offsets[0]
+        out["slot_wait_mean"] = 1000 * statistics.fmean(waits)
+        out["due_match"] = due_match(due, ordered)  # type: ignore[arg-type]
+    return out
+
+
+def vllm_figures(
+    result: Mapping[str, Any], *, first_wave: int = 0, offsets: Sequence[float] | None = None
+) -> dict[str, Any]:
     """``vllm bench serve``'s saved result (``--save-result --save-detailed``), and its
-    per-request data under autotune's rules (its lists are in dataset = dispatch order)."""
+    per-request data under autotune's rules (its lists are in dataset = dispatch order);
+    ``offsets`` (open loop): its arrival schedule as :func:`vllm_arrival_offsets` rebuilds it.
+
+    A request's arrival is ``start_time - queue_time``: the instant its task was created,
+    after the schedule's sleep and before the ``max_concurrency`` semaphore (serve.py
+    976-984, 1070); its send lag is that minus its scheduled offset, less the smallest such
+    difference (vLLM does not save its start instant)."""
     ok = [i for i, err in enumerate(result["errors"]) if not err]
     later = [result["ttfts"][i] for i in ok if i >= first_wave]
     starts = [result["start_times"][i] for i in ok]
@@ -338,6 +483,26 @@ def vllm_figures(result: Mapping[str, Any], *, first_wave: int = 0) -> dict[str,
         "output_tok_s_first_send_last_end": result["total_output_tokens"] / span if span else None,
         "itl_p50_text_chunks": 1000 * _pct(text_gaps, 50) if text_gaps else None,
         "itl_mean_text_chunks": 1000 * _mean(text_gaps) if text_gaps else None,
+        "request_throughput": result["request_throughput"],
+        **_vllm_open_loop(result, offsets),
+    }
+
+
+def _vllm_open_loop(result: Mapping[str, Any], offsets: Sequence[float] | None) -> dict[str, Any]:
+    queue = result.get("queue_times")
+    if offsets is None or not queue:
+        return {}
+    arrivals = [s - q for s, q in zip(result["start_times"], queue, strict=True)]
+    span = max(arrivals) - min(arrivals)
+    behind = [a - o for a, o in zip(arrivals, offsets, strict=True)]
+    lags = [b - min(behind) for b in behind]
+    return {
+        "offered_rate": (len(arrivals) - 1) / span if span > 0 else None,
+        "first_arrival_s": offsets[0],
+        "send_lag_p50": 1000 * _pct(lags, 50),
+        "send_lag_p99": 1000 * _pct(lags, 99),
+        "send_lag_max": 1000 * max(lags),
+        "slot_wait_mean": 1000 * statistics.fmean(queue),
     }
 
 
@@ -393,33 +558,53 @@ class Row:
     label: str
     means: dict[str, float | None] = field(default_factory=dict)
     spreads: dict[str, float | None] = field(default_factory=dict)
-    """Relative SD of each tool's value over the rounds."""
-    diffs: dict[str, float | None] = field(default_factory=dict)
-    """Relative difference of each other tool's mean from autotune's."""
+    """Relative SD of each arm's value over the rounds."""
+    diffs: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    """Per pair ``(a, b)`` of :data:`PAIRS`: (mean of a - mean of b) / mean of b."""
+    paired: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    """Per pair: the mean over rounds of |a - b| / b within a round."""
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "label": self.label, "means": self.means, "spreads": self.spreads,
+            "diffs": {f"{a} vs {b}": v for (a, b), v in self.diffs.items()},
+            "paired": {f"{a} vs {b}": v for (a, b), v in self.paired.items()},
+        }  # fmt: skip
 
 
 def summarize(runs: Sequence[Run], keys: Sequence[tuple[str, str]] = FIGURES) -> list[Row]:
-    """One row per figure: each tool's mean and relative SD, and each tool's relative
-    difference from autotune's mean."""
+    """One row per figure with a value: each arm's mean and relative SD over the rounds, and
+    per pair of arms the relative difference of the means and the mean per-round |difference|."""
     tools = [t for t in TOOLS if any(r.tool == t for r in runs)]
+    pairs = [(a, b) for a, b in PAIRS if a in tools and b in tools]
     rows = []
     for key, label in keys:
         row = Row(key, label)
+        by_round: dict[str, dict[int, float]] = {}
         for tool in tools:
-            values = [
-                float(v) for r in runs if r.tool == tool and (v := r.figures.get(key)) is not None
-            ]
+            got = {
+                r.round: float(v)
+                for r in runs
+                if r.tool == tool and (v := r.figures.get(key)) is not None
+            }
+            by_round[tool] = got
+            values = list(got.values())
             mean = statistics.fmean(values) if values else None
             row.means[tool] = mean
             row.spreads[tool] = (
                 statistics.stdev(values) / abs(mean) if len(values) > 1 and mean else None
             )
-        base = row.means.get("autotune")
-        for tool in tools:
-            if tool == "autotune":
-                continue
-            other = row.means.get(tool)
-            row.diffs[tool] = (other - base) / base if other is not None and base else None
+        if all(m is None for m in row.means.values()):
+            continue
+        for a, b in pairs:
+            ma, mb = row.means.get(a), row.means.get(b)
+            row.diffs[(a, b)] = (ma - mb) / mb if ma is not None and mb else None
+            rel = [
+                abs(by_round[a][k] - by_round[b][k]) / abs(by_round[b][k])
+                for k in by_round[a].keys() & by_round[b].keys()
+                if by_round[b][k]
+            ]
+            row.paired[(a, b)] = statistics.fmean(rel) if rel else None
         rows.append(row)
     return rows
 
@@ -428,16 +613,20 @@ def identity(runs: Sequence[Run]) -> list[str]:
     """Per round, whether the tools' requests were the same (texts and prompt lengths)."""
     notes = []
     for rnd in sorted({r.round for r in runs}):
-        a = next((r for r in runs if r.round == rnd and r.tool == "autotune"), None)
         v = next((r for r in runs if r.round == rnd and r.tool == "vllm"), None)
-        if a is None or v is None or a.texts is None or v.texts is None:
-            continue
-        same_text = sum(x == y for x, y in zip(a.texts, v.texts, strict=False))
-        same_len = sum(x == y for x, y in zip(a.input_lens or [], v.input_lens or [], strict=False))
-        notes.append(
-            f"round {rnd}: generated text equal at {same_text}/{len(a.texts)} request indices, "
-            f"prompt tokens (server usage) equal at {same_len}/{len(a.texts)}"
-        )
+        for arm in ("autotune", "autotune_replay"):
+            a = next((r for r in runs if r.round == rnd and r.tool == arm), None)
+            if a is None or v is None or a.texts is None or v.texts is None:
+                continue
+            same_text = sum(x == y for x, y in zip(a.texts, v.texts, strict=False))
+            same_len = sum(
+                x == y for x, y in zip(a.input_lens or [], v.input_lens or [], strict=False)
+            )
+            notes.append(
+                f"round {rnd}, {LABELS[arm]} and vllm: generated text equal at {same_text}/"
+                f"{len(a.texts)} request indices, prompt tokens (server usage) equal at "
+                f"{same_len}/{len(a.texts)}"
+            )
     return notes
 
 
@@ -754,6 +943,14 @@ def first_wave(load: Load) -> int:
 
 
 _HISTOGRAMS = ("e2e_request_latency_seconds", "time_to_first_token_seconds")
+_COUNTERS = ("prompt_tokens_total", "cached_tokens_total")
+
+
+def flush_cache(url: str) -> None:
+    """Empty the server's prefix cache (SGLang's and the sim's ``/flush_cache``, waiting up to
+    30 s for it to be idle); a server without one is left as it is."""
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(url + "/flush_cache", params={"timeout": 30}, timeout=40.0)
 
 
 def server_latency_sums(url: str) -> dict[str, float]:
@@ -772,6 +969,9 @@ def server_latency_sums(url: str) -> dict[str, float]:
             continue
         name, _, value = line.rpartition(" ")
         metric = name.split("{", 1)[0].split(":", 1)[-1]
+        if metric in _COUNTERS:  # prompt and prefix-cached tokens (SGLang, the sim)
+            with contextlib.suppress(ValueError):
+                out[metric] = out.get(metric, 0.0) + float(value)
         for hist, short in zip(_HISTOGRAMS, ("e2e", "ttft"), strict=True):
             for suffix in ("sum", "count"):
                 if metric == f"{hist}_{suffix}":
@@ -792,7 +992,10 @@ def server_figures(before: Mapping[str, float], after: Mapping[str, float], outp
         if e2e is not None and ttft is not None and output_len > 1
         else None
     )
-    return {"server_ttft_mean": ttft, "server_e2e_mean": e2e, "server_tpot_mean": tpot}
+    prompt, cached = d.get("prompt_tokens_total", 0.0), d.get("cached_tokens_total")
+    share = 100 * cached / prompt if cached is not None and prompt else None
+    return {"server_ttft_mean": ttft, "server_e2e_mean": e2e, "server_tpot_mean": tpot,
+            "server_cached_pct": share}  # fmt: skip
 
 
 def tree_cpu_seconds(pids: Sequence[int]) -> float:
@@ -803,22 +1006,47 @@ def tree_cpu_seconds(pids: Sequence[int]) -> float:
     return total
 
 
-def run_autotune(server: Server, load: Load, seed: int, rnd: int) -> Run:
+def run_autotune(
+    server: Server, load: Load, seed: int, rnd: int, *, arm: str = "autotune",
+    replay: Sequence[float] | None = None,
+) -> Run:  # fmt: skip
+    """One autotune run; ``replay`` (open loop): the arrival offsets to use instead of its
+    own schedule (``arm`` autotune_replay)."""
     spec = load_spec(load, seed=seed, model=server.model)
+    offsets: Sequence[float] | None = None
+    if not load.closed:
+        assert load.request_rate is not None
+        offsets = (
+            replay if replay is not None
+            else arrival_offsets(load.requests, rate=load.request_rate,
+                                 burstiness=load.burstiness, seed=seed).tolist()
+        )  # fmt: skip
     # CPU read before and after, no sampling thread: it would share this process's GIL with
     # the load generator's event loop. This process's own CPU only (the server is a child).
     server_pids = process_tree(server.pid)
     cpu0, srv0 = time.process_time(), tree_cpu_seconds(server_pids)
     t0 = time.monotonic()
-    res = run_load(server.url, spec)
+    with replayed_arrivals(replay) if replay is not None else contextlib.nullcontext() as built:
+        res = run_load(server.url, spec)
+    if replay is not None and not built:
+        raise SystemExit(
+            f"{arm}, round {rnd}: autotune's client built no arrival schedule through "
+            "autotune.loadgen.client.ArrivalSchedule: the replay of vLLM's schedule missed"
+        )
     wall = time.monotonic() - t0
     cpu1, srv1 = time.process_time(), tree_cpu_seconds(server_pids)
     records = sorted(res.records, key=lambda r: r.index)
-    fig = autotune_figures(records, res.metrics, first_wave=first_wave(load))
+    fig = autotune_figures(records, res.metrics, first_wave=first_wave(load), offsets=offsets)
+    if offsets is not None and load.max_concurrency is None and fig.get("due_match", 0) < 0.99:
+        raise SystemExit(
+            f"{arm}, round {rnd}: only {100 * fig.get('due_match', 0):.0f}% of the requests "
+            "were due on the schedule it was meant to run (autotune's client no longer builds "
+            "its arrivals through autotune.loadgen.client.ArrivalSchedule?)"
+        )
     fig["server_cpu_pct"] = 100 * (srv1 - srv0) / wall
     fig["client_cpu_pct"] = 100 * (cpu1 - cpu0) / wall
     return Run(
-        "autotune", rnd, seed, fig, wall,
+        arm, rnd, seed, fig, wall,
         texts=[r.text for r in records], input_lens=[r.prompt_tokens or 0 for r in records],
     )  # fmt: skip
 
@@ -862,7 +1090,11 @@ def run_vllm(
             f"{load.requests}: its ShareGPT loader dropped prompts (datasets.py "
             "is_valid_sequence: 4 <= prompt tokens <= 1024, prompt + output <= 2048)"
         )
-    fig = vllm_figures(data, first_wave=first_wave(load))
+    offsets = None
+    if not load.closed:
+        assert load.request_rate is not None
+        offsets = vllm_arrival_offsets(load.requests, load.request_rate, load.burstiness, seed)
+    fig = vllm_figures(data, first_wave=first_wave(load), offsets=offsets)
     ends = [s + lat for s, lat in zip(data["start_times"], data["latencies"], strict=True)]
     fig["server_cpu_pct"], fig["client_cpu_pct"] = cpu.usage(min(data["start_times"]), max(ends))
     return Run(
@@ -908,12 +1140,19 @@ def command_lines(
         "server": shlex.join([*(f"{k}={v}" for k, v in server.env.items()), *server.command]),
         "vllm": shlex.join(["vllm", "bench", "serve", *v]),
         "autotune": (
-            f"run_load({server.url!r}, LoadSpec(concurrency={load.concurrency}, "
-            f"input_len={load.input_len}, output_len={load.output_len}, "
-            f"requests={load.requests}, warmup_requests=0, prompt='text', seed=SEED, "
-            f"model={server.model!r}))"
+            f"run_load({server.url!r}, LoadSpec("
+            + ", ".join(
+                f"{k}={'SEED' if k == 'seed' else repr(v)}"
+                for k, v in spec_data(load, seed=seed, model=server.model).items()
+            )
+            + "))"
         ),
     }
+    if not load.closed:
+        lines["autotune_seed2"] = f"the same with seed=SEED + {SEED2_OFFSET}"
+        lines["autotune_replay"] = (
+            "the same (seed=SEED) inside replayed_arrivals(vllm_arrival_offsets(N, R, B, SEED))"
+        )
     if aiperf is not None:
         lines["aiperf"] = shlex.join(aiperf_args(
             aiperf, server, load, seed=seed, dataset=ds / "single_turn.jsonl",
@@ -941,19 +1180,19 @@ def _sd(value: float | None) -> str:
 
 
 def table(rows: Sequence[Row]) -> str:
+    """Markdown: per arm its mean (SD over rounds); per pair the difference of the means and,
+    after the slash, the mean |difference| within a round."""
     tools = [t for t in TOOLS if any(t in r.means for r in rows)]
-    head = ["figure"]
-    for t in tools:
-        head.append(f"{LABELS[t]} (mean, SD over rounds)")
-        if t != "autotune":
-            head.append(f"{LABELS[t]} vs autotune")
+    pairs = [(a, b) for a, b in PAIRS if a in tools and b in tools]
+    head = ["figure", *(LABELS[t] for t in tools)]
+    head += [f"{LABELS[a]} vs {LABELS[b]}: means / per round" for a, b in pairs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row.label]
-        for t in tools:
-            cells.append(_fmt(row.means.get(t), row.key) + _sd(row.spreads.get(t)))
-            if t != "autotune":
-                cells.append(_pctf(row.diffs.get(t)))
+        cells += [_fmt(row.means.get(t), row.key) + _sd(row.spreads.get(t)) for t in tools]
+        for pair in pairs:
+            d, q = row.diffs.get(pair), row.paired.get(pair)
+            cells.append(_pctf(d) + ("" if q is None else f" / {100 * q:.2f}%"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -991,15 +1230,28 @@ def runs_table(runs: Sequence[Run]) -> str:
 def measure(
     *, server_kind: str, load: Load, rounds: int, seed: int, out: Path,
     aiperf: Path | None = None, sim_noise: float = 0.0, warm: bool = True,
-    echo: bool = True,
+    echo: bool = True, arms: Sequence[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Start the server, run every tool ``rounds`` times in alternating order; the runs,
-    the summary rows, the identity notes and the commands."""
-    load_spec(load, seed=seed, model=SERVED_NAME)  # refuses open loop early, before any start
+    """Start the server, run every arm ``rounds`` times in rotated order; the runs, the
+    summary rows, the identity notes and the commands. ``arms``: default autotune and vllm
+    (and aiperf when given), plus autotune_seed2 and autotune_replay in an open loop. The
+    server's prefix cache is flushed before every run (every arm of a round sends the same
+    prompts)."""
+    load_spec(load, seed=seed, model=SERVED_NAME)  # a bad setting fails before any start
+    if arms is None:
+        arms = ["autotune", "vllm"] if load.closed else [
+            "autotune", "autotune_seed2", "autotune_replay", "vllm"]  # fmt: skip
+        arms += ["aiperf"] if aiperf is not None else []
+    tools = list(arms)
+    unknown = set(tools) - set(TOOLS)
+    if unknown or (load.closed and {"autotune_seed2", "autotune_replay"} & set(tools)):
+        raise SystemExit(f"arms: {sorted(tools)}; known: {TOOLS} (the two autotune_* are "
+                         "open loop only)")  # fmt: skip
+    if "aiperf" in tools and aiperf is None:
+        raise SystemExit("arm aiperf needs --aiperf (its executable)")
     python = vllm_python()
     tokenizer = ensure_tokenizer(python)
     out.mkdir(parents=True, exist_ok=True)
-    tools = ["autotune", "vllm", *(["aiperf"] if aiperf is not None else [])]
     runs: list[Run] = []
     load_before = os.getloadavg()
     t0 = time.monotonic()
@@ -1020,9 +1272,18 @@ def measure(
             sharegpt, jsonl = write_datasets(prompts, load.output_len, out / f"round-{rnd}")
             k = rnd % len(tools)
             for tool in tools[k:] + tools[:k]:
+                flush_cache(server.url)
                 before = server_latency_sums(server.url)
                 if tool == "autotune":
                     run = run_autotune(server, load, s, rnd)
+                elif tool == "autotune_seed2":
+                    run = run_autotune(server, load, s + SEED2_OFFSET, rnd, arm=tool)
+                elif tool == "autotune_replay":
+                    assert load.request_rate is not None
+                    schedule = vllm_arrival_offsets(
+                        load.requests, load.request_rate, load.burstiness, s
+                    )
+                    run = run_autotune(server, load, s, rnd, arm=tool, replay=schedule)
                 elif tool == "vllm":
                     run = run_vllm(python, server, load, s, rnd, dataset=sharegpt,
                                    tokenizer=tokenizer, out=out)  # fmt: skip
@@ -1054,7 +1315,7 @@ def measure(
         "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(),
         "runs": [r.public() for r in runs],
-        "summary": [r.__dict__ for r in summarize(runs)],
+        "summary": [r.public() for r in summarize(runs)],
         "identity": identity(runs),
         "commands": commands,
     }
@@ -1075,6 +1336,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--request-rate", type=float, default=None, help="open loop (req/s)")
     p.add_argument("--burstiness", type=float, default=1.0, help="open loop: gamma shape")
     p.add_argument("--max-concurrency", type=int, default=None, help="open loop: in-flight cap")
+    p.add_argument(
+        "--shared-prefix",
+        default=None,
+        metavar="G,P,S,Q",
+        help="autotune's shared_prefix dataset: G groups of P prompts, system "
+        "prompt S words, question Q words (answer: --output-len)",
+    )
+    p.add_argument(
+        "--arms",
+        default=None,
+        help=f"comma-separated, of {','.join(TOOLS)} (default: autotune,vllm; "
+        "open loop: autotune,autotune_seed2,autotune_replay,vllm; +aiperf)",
+    )
     p.add_argument("--sim-noise", type=float, default=0.0, help="AUTOTUNE_SIM_NOISE")
     p.add_argument("--aiperf", type=Path, default=None, help="AIPerf's executable (optional)")
     p.add_argument("--out", type=Path, default=REPO / "studies" / "artifacts" / "agreement")
@@ -1083,20 +1357,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=args.concurrency, input_len=args.input_len, output_len=args.output_len,
         requests=args.requests, request_rate=args.request_rate, burstiness=args.burstiness,
         max_concurrency=args.max_concurrency,
+        shared_prefix=None if args.shared_prefix is None else tuple(  # type: ignore[arg-type]
+            int(x) for x in args.shared_prefix.split(",")),
     )  # fmt: skip
-    try:
-        res = measure(server_kind=args.server, load=load, rounds=args.rounds, seed=args.seed,
-                      out=args.out, aiperf=args.aiperf, sim_noise=args.sim_noise)  # fmt: skip
-    except OpenLoopUnsupported as exc:
-        print(f"agreement: {exc}", file=sys.stderr)
-        return 0
+    if load.shared_prefix is not None and len(load.shared_prefix) != 4:
+        p.error("--shared-prefix takes G,P,S,Q")
+    arms = None if args.arms is None else [a.strip() for a in args.arms.split(",") if a.strip()]
+    res = measure(server_kind=args.server, load=load, rounds=args.rounds, seed=args.seed,
+                  out=args.out, aiperf=args.aiperf, sim_noise=args.sim_noise,
+                  arms=arms)  # fmt: skip
     runs: list[Run] = res.pop("_runs")
     shape = (
         f"closed loop C={load.concurrency}" if load.closed
         else f"open loop {load.request_rate:g} req/s, burstiness {load.burstiness:g}"
+        + ("" if load.max_concurrency is None else f", max concurrency {load.max_concurrency}")
+    )  # fmt: skip
+    lengths = (
+        f"{load.input_len} in" if load.shared_prefix is None
+        else "shared prefix {} groups x {} prompts, {} + {} in".format(*load.shared_prefix)
     )  # fmt: skip
     print(
-        f"\n{args.server} server, {shape}, {load.input_len} in / {load.output_len} out tokens, "
+        f"\n{args.server} server, {shape}, {lengths} / {load.output_len} out tokens, "
         f"{load.requests} requests per run, {args.rounds} rounds (order rotated each round), "
         f"{res['wall_s']:.0f} s; load average before {res['loadavg_before'][0]:.2f}, after "
         f"{res['loadavg_after'][0]:.2f} on {res['cpus']} CPUs\n"

