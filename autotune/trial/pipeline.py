@@ -210,7 +210,9 @@ class TrialPipeline:
         record.effective = dict(applied.info)
         self._read_back(prepared, record)
 
-        self._flush_kept_caches(specs, kept=set(specs) - set(applied.restarted), record=record)
+        if self._prompts_can_share_prefixes():
+            kept = set(specs) - set(applied.restarted)
+            self._flush_kept_caches(specs, kept=kept, record=record)
         endpoint = self.deployment.endpoint_url(specs)
         failpoint("probe")
         t = time.monotonic()
@@ -312,6 +314,13 @@ class TrialPipeline:
         return self.measure(prepared, fresh=fresh, abort_if=abort_if)
 
     # ------------------------------------------------------------------ helpers
+
+    def _prompts_can_share_prefixes(self) -> bool:
+        """Whether a cache kept from the last trial could serve this one's prompts: random
+        prompts share no page of a prefix cache (``tests/sim/test_prefix_cache.py``), so
+        they need no flush (which waits for the server to drain)."""
+        dataset = self.load.dataset
+        return dataset is not None and dataset.kind != "random"
 
     def _flush_kept_caches(
         self, specs: Mapping[str, ServiceSpec], *, kept: set[str], record: TrialRecord

@@ -137,6 +137,7 @@ def test_the_simulated_deployment_end_to_end_without_a_study(tmp_path: Path) -> 
         assert pipeline.reference.get()  # the first healthy trial set it
         again = pipeline.evaluate(pipeline.space.complete(config))
         assert again.failure is None and again.record.restarted == []
+        assert again.record.cache_flushed == []  # random prompts: nothing a cache could serve
 
 
 def test_the_servers_own_counters_are_stored_for_the_measured_phase(tmp_path: Path) -> None:
