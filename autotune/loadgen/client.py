@@ -21,8 +21,10 @@ estimate it uses are modules of their own.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import json
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from json.scanner import c_make_scanner  # type: ignore[attr-defined]
 from time import perf_counter, thread_time
@@ -615,6 +617,12 @@ class _OpenLoop(_Loop):
         self.schedule = schedule
         self.start = start
         self.slots = None if max_concurrency is None else asyncio.Semaphore(max_concurrency)
+        self._free_since: collections.deque[float] = collections.deque(
+            [-math.inf] * (max_concurrency or 0)
+        )
+        """When each free slot freed, oldest first: a request that had to wait for one is
+        due when it freed (not when the schedule wanted it, which would count the wait as
+        the client's lag)."""
         self._idle: list[int] = []
         self.connections = 0
         """Connections opened so far (the most requests in flight at once)."""
@@ -637,19 +645,20 @@ class _OpenLoop(_Loop):
             while loop_time() < due:
                 await asyncio.sleep(0)
             if self.slots is not None:
-                if self.slots.locked():
-                    await self.slots.acquire()
-                    due = loop_time()  # due again once a slot freed
-                else:
-                    await self.slots.acquire()
+                await self.slots.acquire()
+                due = max(due, self._free_since.popleft())
             if not self._dispatching():  # a stop rule fired while it waited
-                if self.slots is not None:
-                    self.slots.release()
+                self._release()
                 return
             self.next_index += 1
             conn = self._idle.pop() if self._idle else self._open()
             pending = self.send(index, conn, due)  # written now on an open connection
             self._spawn(self._one(pending, conn))
+
+    def _release(self) -> None:
+        if self.slots is not None:
+            self._free_since.append(perf_counter())
+            self.slots.release()
 
     def _open(self) -> int:
         self.connections += 1
@@ -662,8 +671,7 @@ class _OpenLoop(_Loop):
             if isinstance(pending, Coroutine):
                 pending.close()  # cancelled before it ran: no "never awaited" warning
             self._idle.append(conn)
-            if self.slots is not None:
-                self.slots.release()
+            self._release()
         self._settle(record)
 
 
