@@ -63,12 +63,12 @@ class Measured:
     """Points of the latency-throughput curve (the capacity probes, or the ``curve:``
     sweep), by ``x``."""
 
-    def score_inputs(self) -> dict[str, Any]:
-        """What the scorer reads: the metrics, plus ``capacity`` when searched."""
-        out = self.metrics.model_dump(mode="json")
-        if self.capacity is not None:
-            out["capacity"] = self.capacity["capacity"]
-        return out
+    def score_inputs(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """What the scorer reads: the stored ``metrics`` (this measurement's, dumped once by
+        the caller), plus ``capacity`` when searched."""
+        if self.capacity is None:
+            return metrics
+        return {**metrics, "capacity": self.capacity["capacity"]}
 
 
 def measure(

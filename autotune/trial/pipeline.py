@@ -292,7 +292,7 @@ class TrialPipeline:
                 f"{limit:.1%}): {errors}"
             )[:2000]
             self.launcher.stop_all()  # the next trial starts from fresh processes
-        scored = result.score_inputs()
+        scored = result.score_inputs(metrics)
         return TrialOutcome(
             values=self.scorer.values(scored),
             constraints=self.scorer.constraints(scored),
