@@ -8,6 +8,7 @@ This module builds the app; each command lives with the others of its concern:
 
 * ``_run``: run (the tuning loop)
 * ``_results``: best, report, status
+* ``_explain``: explain (what each of the winner's changes bought)
 * ``_storage``: migrate, dashboard
 * ``_hosts``: restore, apply
 * ``_bench``: bench
@@ -26,6 +27,7 @@ import typer
 
 from autotune.cli._bench import bench
 from autotune.cli._common import help_text
+from autotune.cli._explain import explain
 from autotune.cli._hosts import apply, restore
 from autotune.cli._results import best, report, status
 from autotune.cli._run import run
@@ -50,6 +52,7 @@ def _command(group: typer.Typer, func: Callable[..., Any], name: str | None = No
 # Registered in the order `autotune --help` lists them.
 _command(app, run)
 _command(app, best)
+_command(app, explain)
 _command(app, report)
 _command(app, status)
 _command(app, migrate)

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from autotune.errors import ConfigError
+from autotune.explain.settings import ExplainSettings
 from autotune.loadgen.capacity import CapacitySearch, SweepSpec
 from autotune.loadgen.spec import LoadSpec
 from autotune.space.model import Scalar
@@ -251,6 +252,8 @@ class StudyDefinition(BaseModel):
     """Null (default): every trial is measured in full."""
     remeasure: RemeasureSettings = Field(default_factory=RemeasureSettings)  # type: ignore[arg-type]
     workers: WorkerSettings = Field(default_factory=WorkerSettings)  # type: ignore[arg-type]
+    explain: ExplainSettings = Field(default_factory=ExplainSettings)  # type: ignore[arg-type]
+    """``autotune explain``'s measuring (``enabled``: also at the end of ``autotune run``)."""
     trial_timeout_s: PositiveFinite = 1800.0
     keep_services_running: bool = False
     enqueue: list[dict[str, Scalar]] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 from autotune.deployment import Deployment, load_deployment
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
+from autotune.explain import ExplainSettings, Explanation
 from autotune.failpoints import failpoint
 from autotune.failures import Failure
 from autotune.launch import Launcher
@@ -44,6 +45,7 @@ from autotune.study.abort import AbortPolicy, make_abort_policy
 from autotune.study.claims import BASELINE_CLAIM, ClaimedElsewhere, claim, claim_config
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.definition import StudyDefinition, WarmStartSettings
+from autotune.study.explainer import Explainer
 from autotune.study.hints import Hints
 from autotune.study.interrupts import INTERRUPT_PENDING, deferred_interrupts, sigterm_as_interrupt
 from autotune.study.journal import Journal
@@ -117,7 +119,10 @@ class RunSummary:
     remeasured: int = 0
     """Re-measurements stored by this run."""
     in_remeasure: bool = False
-    """The interruption came while re-measuring (nothing was cut short into a FAIL trial)."""
+    """The interruption came while re-measuring or explaining (nothing was cut short into a
+    FAIL trial)."""
+    explained: int = 0
+    """Explanation runs stored by this run."""
 
 
 class _StudyReference:
@@ -266,6 +271,7 @@ class Tuner:
         self.recovery = Recovery(self.ctx)
         self.writer = TrialWriter(self.ctx)
         self.remeasurer = Remeasurer(self.ctx, self.pipeline, report=self._report)
+        self.explainer = Explainer(self.ctx, self.pipeline, report=self._report)
         self._known: dict[str, int] = {}
         self._incumbent: tuple[float, int] | None = None
         """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
@@ -425,6 +431,8 @@ class Tuner:
                     if self.shared or ran % COUNT_REFRESH == 0 or done >= n_trials:
                         done = self.completed_count()
                 self.remeasurer.run(target=n_trials)
+                if self.definition.explain.enabled:
+                    self.explainer.run(self.definition.explain)
             failed = False
         except KeyboardInterrupt:
             interrupted = True
@@ -444,7 +452,45 @@ class Tuner:
             stopped=stopped,
             left_running=left,
             remeasured=self.remeasurer.stored,
-            in_remeasure=interrupted and self.remeasurer.active,
+            in_remeasure=interrupted and (self.remeasurer.active or self.explainer.active),
+            explained=self.explainer.measured,
+        )
+
+    def explain(self, settings: ExplainSettings) -> tuple[Explanation | None, RunSummary]:
+        """Explain the study's winner (``autotune explain``): resumes a stopped explanation."""
+        started = time.monotonic()
+        self.explainer.measured = 0
+        interrupted = False
+        failed = True
+        result = None
+        try:
+            with sigterm_as_interrupt(), storage_errors(self.storage_url, "accessing the study"):
+                try:
+                    self.worker.start(alone=not self.shared)
+                except WorkerBusy as exc:
+                    raise ConfigError(str(exc), field="--worker") from None
+                self.recovery.recover_stale()
+                result = self.explainer.run(settings)
+            failed = False
+        except KeyboardInterrupt:
+            interrupted = True
+            failed = False
+        finally:
+            self.worker.stop("interrupted" if interrupted else "failed" if failed else "stopped")
+            stopped, left = self._wind_down(stop=failed or interrupted)
+        with storage_errors(self.storage_url, "accessing the study"):
+            total = self.completed_count()
+        return result, RunSummary(
+            study_name=self.study_name,
+            storage_url=self.storage_url,
+            trials_run=0,
+            trials_total=total,
+            interrupted=interrupted,
+            seconds=time.monotonic() - started,
+            stopped=stopped,
+            left_running=left,
+            in_remeasure=interrupted,
+            explained=self.explainer.measured,
         )
 
     def _wind_down(self, *, stop: bool) -> tuple[list[str], list[str]]:

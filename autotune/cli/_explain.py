@@ -1,0 +1,209 @@
+"""``autotune explain``: what each of the winner's changes bought, and the minimal winner.
+
+The study modules are imported inside the command (Optuna, SQLAlchemy), which ``autotune
+--help`` must not pay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from autotune.cli._common import (
+    StorageOpt,
+    StudyOpt,
+    check_study,
+    console,
+    err_console,
+    friendly,
+    open_existing,
+    shown,
+    storage_url,
+)
+from autotune.errors import AutotuneError
+
+
+@friendly
+def explain(
+    study: str = StudyOpt,
+    storage: str | None = StorageOpt,
+    study_file: Path | None = typer.Option(
+        None, "--study-file", help="Study definition (default studies/NAME.yaml)."
+    ),
+    repeats: int | None = typer.Option(
+        None,
+        "--repeats",
+        min=1,
+        max=20,
+        help="Runs per configuration (default: the study file's explain.repeats, else 3).",
+    ),
+    max_repeats: int | None = typer.Option(
+        None, "--max-repeats", min=1, max=50, help="Runs a close elimination step may take."
+    ),
+    tolerance: float | None = typer.Option(
+        None,
+        "--tolerance",
+        min=0.0001,
+        max=0.4999,
+        help="The minimal winner may be this fraction below the winner (default 0.03).",
+    ),
+    path: bool | None = typer.Option(
+        None, "--path/--no-path", help="Measure the path from the baseline to the winner."
+    ),
+    minimal: bool | None = typer.Option(
+        None, "--minimal/--no-minimal", help="Search the minimal winner."
+    ),
+    budget: int | None = typer.Option(
+        None, "--budget", min=1, help="At most this many restarts (default: what it needs)."
+    ),
+    show: bool = typer.Option(
+        False, "--show", help="Print the stored explanation; measure nothing."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
+) -> None:
+    """Explain the winner: revert each change to the baseline (one at a time, from freshly
+    started services, with repeats) and report what each bought with a 95% interval; then
+    the path from the baseline adding changes largest first, and the minimal winner: the
+    fewest changes whose lower bound stays within the tolerance of the winner's (`best
+    --minimal` exports it). Stopped, the same command resumes; settings come from the study
+    file's explain: section, overridden by these options."""
+    from autotune.explain import ExplainSettings, load_explanation
+    from autotune.study.definition import load_study_definition
+    from autotune.study.progress import make_progress
+    from autotune.study.runner import Tuner
+
+    check_study(study)
+    if show:
+        found = load_explanation(open_existing(study, storage))
+        if found is None:
+            raise AutotuneError(
+                f"study {study!r} has no explanation yet: run `autotune explain --study {study}`"
+            )
+        print_explanation(found)
+        return
+    definition = load_study_definition(study_file or Path("studies") / f"{study}.yaml")
+    given = {
+        k: v
+        for k, v in {
+            "repeats": repeats,
+            "max_repeats": max_repeats,
+            "tolerance": tolerance,
+            "path": path,
+            "minimal": minimal,
+            "budget": budget,
+        }.items()
+        if v is not None
+    }
+    merged = {**definition.explain.model_dump(exclude_unset=True), **given}
+    if repeats is not None and "max_repeats" not in merged:
+        merged["max_repeats"] = max(repeats, ExplainSettings.model_fields["max_repeats"].default)
+    try:
+        settings = ExplainSettings.model_validate(merged)
+    except ValueError as exc:
+        from autotune.errors import ConfigError
+
+        raise ConfigError(str(exc).splitlines()[-1].strip(), field="--max-repeats") from None
+    open_existing(study, storage)  # the study must exist: explain never creates one
+    url = storage_url(study, storage)
+    progress = make_progress(quiet=quiet)
+    try:
+        tuner = Tuner(definition=definition, study_name=study, storage_url=url, progress=progress)
+        progress.message(f"study {study!r} on {shown(url)}")
+        result, summary = tuner.explain(settings)
+    finally:
+        progress.close()
+    if summary.interrupted:
+        err_console.print(
+            f"interrupted after {summary.explained} runs this time; the study holds every run "
+            f"and decision taken. Resume with the same command: autotune explain --study {study}",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(code=130)
+    assert result is not None
+    print_explanation(result)
+    console.print(
+        f"done: {summary.explained} runs in {summary.seconds:.0f}s. Next: autotune best "
+        f"--study {study} --minimal, autotune report --study {study}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
+
+
+def _interval(x: Any, fmt: str = "{:+,.1f}") -> str:
+    if x is None:
+        return "-"
+    text = fmt.format(x.value)
+    if x.low is not None and x.high is not None:
+        text += f" [{fmt.format(x.low)}, {fmt.format(x.high)}]"
+    return text
+
+
+def _mean(m: Any) -> str:
+    if m.failure is not None and m.n == 0:
+        return f"failed: {m.failure}"
+    if m.mean is None:
+        return "not measured"
+    half = "" if m.mean.high is None else f" +- {m.mean.high - m.mean.value:,.1f}"
+    slo = f", {m.infeasible} broke an SLO" if m.infeasible else ""
+    return f"{m.mean.value:,.1f}{half} (n={m.n}{slo})"
+
+
+def print_explanation(e: Any) -> None:
+    """The explanation as three tables: effects, path, minimal winner."""
+    unit = e.unit
+    noise = "" if e.noise_sd is None else f"; run-to-run noise {100 * e.noise_sd:.1f}%"
+    console.print(
+        Text(
+            f"trial #{e.winner}: {_mean(e.winner_measured)} {unit}; baseline "
+            f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs"
+            + ("" if e.complete else f" (incomplete: {e.stopped or 'not finished'})")
+        )
+    )
+    table = Table(title=f"what each change bought ({unit}, 95% interval)")
+    for col in ("change", "baseline -> winner", "winner without it", "contribution", "share"):
+        table.add_column(col)
+    for x in sorted(
+        e.effects,
+        key=lambda x: -(x.contribution.value if x.contribution else float("inf")),
+    ):
+        share = "-" if x.relative is None else f"{100 * x.relative:+.1f}%"
+        values = ", ".join(
+            f"{lever}: {x.baseline.get(lever, '(inactive)')} -> {x.winner.get(lever, '(inactive)')}"
+            for lever in x.levers
+        )
+        label = x.change + (" (required)" if x.required else "")
+        if x.note:
+            label += f"\n  {x.note}"
+        table.add_row(
+            Text(label), Text(values), Text(_mean(x.without)), _interval(x.contribution), share
+        )
+    console.print(table)
+    if e.path:
+        path = Table(title=f"from the baseline to the winner, largest change first ({unit})")
+        for col in ("added", "measured", "step"):
+            path.add_column(col)
+        path.add_row("(baseline)", Text(_mean(e.baseline_measured)), "")
+        for step in e.path:
+            label = " + ".join(step.added) + (f"\n  {step.note}" if step.note else "")
+            path.add_row(Text(label), Text(_mean(step.measured)), _interval(step.step))
+        console.print(path)
+    m = e.minimal
+    if m is not None:
+        ratio = _interval(m.ratio, "{:.3f}")
+        console.print(
+            Text(
+                f"minimal winner: {len(m.kept)} of {len(m.kept) + len(m.dropped)} changes "
+                f"({', '.join(m.kept) or 'none'}); {_mean(m.measured)} {unit}, {ratio} of the "
+                f"winner; dropped: {', '.join(m.dropped) or 'none'}"
+                + ("" if m.complete else " (search not finished)")
+            )
+        )
+        for d in m.decisions:
+            console.print(Text(f"  {d.action} {d.change}: {d.why}"))

@@ -1,0 +1,434 @@
+"""Which configuration an explanation measures next, and what the measurements say.
+
+Pure functions of what is stored (the runs, the frozen decisions), like the race
+(:mod:`autotune.study.race`): the loop (:mod:`autotune.study.explainer`) asks
+:meth:`Planner.next` after every measurement, so an interrupted explanation resumes exactly
+where it stopped.
+
+Three phases, in order:
+
+1. **Ablation.** The winner, the baseline and the winner without each change
+   (:meth:`ChangeSet.revert_alone`), ``repeats`` runs each, round by round. A change's
+   contribution is the winner's mean minus the mean without it, with a 95% interval from
+   the run-to-run noise pooled over every configuration measured (relative, as in
+   ``best``). A configuration that fails to start is not run again (it is deterministic
+   enough: the change is *required*). Then the changes are ordered by contribution (the
+   required ones first) and the order is frozen in the state.
+2. **Path** (``path: true``): the baseline plus the largest change, plus the next ... up to
+   the winner, ``repeats`` runs each; a step the space refuses (a forbidden combination)
+   is merged into the next one.
+3. **Minimal winner** (``minimal: true``): backward elimination, smallest contribution
+   first. Each change is dropped from the current set when the configuration without it
+   keeps its conservative estimate (the lower 95% bound ``best`` ranks by) within
+   ``tolerance`` of the winner's: ``lower(candidate) >= (1 - tolerance) x lower(winner)``.
+   Where the ratio's 95% interval straddles ``1 - tolerance`` the candidate (and the
+   winner, to stay balanced) get more runs, up to ``max_repeats``, before deciding. A
+   candidate that fails, breaks an SLO in most runs or is refused by the space keeps the
+   change. Each decision is frozen in the state when taken.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autotune.explain.changes import ChangeSet, Variant
+from autotune.explain.record import (
+    Decision,
+    Effect,
+    ExplainRun,
+    ExplainState,
+    Explanation,
+    Interval,
+    Measured,
+    Minimal,
+    PathStep,
+)
+from autotune.explain.settings import ExplainSettings
+from autotune.results import conservative, half_width, noise_level, t_quantile
+
+Runs = Mapping[str, Sequence[ExplainRun]]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Measure ``config`` once more from fresh services."""
+
+    key: str
+    config: dict[str, object]
+    phase: str
+    """``ablation``, ``path`` or ``minimal``."""
+    why: str
+
+
+@dataclass(frozen=True)
+class Decide:
+    """Store ``state`` (a decision was taken), then ask again."""
+
+    state: ExplainState
+    message: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    why: str
+
+
+Step = Measure | Decide | Finished
+
+
+@dataclass(frozen=True)
+class _Stats:
+    """One configuration's runs: what was measured, what failed."""
+
+    values: tuple[float, ...]
+    attempts: int
+    failure: str | None
+    infeasible: int
+
+    @classmethod
+    def of(cls, runs: Sequence[ExplainRun]) -> _Stats:
+        failed = [r for r in runs if r.value is None]
+        failure = None
+        if failed:
+            first = failed[0]
+            failure = first.failure or "failed"
+            if first.reason:
+                failure = f"{failure}: {first.reason}"
+        return cls(
+            values=tuple(v for r in runs if (v := r.value) is not None),
+            attempts=len(runs),
+            failure=failure,
+            infeasible=sum(1 for r in runs if r.value is not None and not r.feasible),
+        )
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values) if self.values else 0.0
+
+    @property
+    def dead(self) -> bool:
+        """It failed: not run again."""
+        return self.failure is not None
+
+    @property
+    def breaks_slo(self) -> bool:
+        return self.n > 0 and 2 * self.infeasible > self.n
+
+
+class Planner:
+    """The plan of one explanation: ``changes`` from the baseline to the winner."""
+
+    def __init__(
+        self,
+        changes: ChangeSet,
+        settings: ExplainSettings,
+        *,
+        winner: int,
+        prior_noise: tuple[float | None, int] = (None, 0),
+    ) -> None:
+        self.changes = changes
+        self.settings = settings
+        self.winner_number = winner
+        self.prior_noise = prior_noise
+        self.winner = changes.variant(changes.names)
+        self.baseline = changes.variant([])
+        self.reverts = {name: changes.revert_alone(name) for name in changes.names}
+
+    # ------------------------------------------------------------------ state
+
+    def new_state(self) -> ExplainState:
+        assert self.winner.key is not None
+        return ExplainState(winner=self.winner_number, winner_key=self.winner.key)
+
+    def _stats(self, runs: Runs, key: str | None) -> _Stats:
+        return _Stats.of(runs.get(key, ()) if key is not None else ())
+
+    def noise(self, runs: Runs) -> tuple[float | None, int]:
+        """Relative run-to-run noise pooled over every configuration measured twice or more
+        (the prior, the study's own figure, until then)."""
+        groups = [_Stats.of(r).values for r in runs.values()]
+        sd, df = noise_level(groups)
+        return (sd, df) if sd is not None else self.prior_noise
+
+    # ------------------------------------------------------------------ what to measure
+
+    def _round_robin(self, variants: Sequence[Variant], runs: Runs, repeats: int) -> Variant | None:
+        for r in range(repeats):
+            for v in variants:
+                if v.key is None:
+                    continue
+                s = self._stats(runs, v.key)
+                if not s.dead and s.attempts <= r:
+                    return v
+        return None
+
+    def ablation_variants(self) -> list[Variant]:
+        return [self.winner, self.baseline, *(v for v, _, _ in self.reverts.values())]
+
+    def path_variants(self, order: Sequence[str]) -> list[Variant]:
+        """Baseline + the first j changes of ``order`` for j = 1 .. k-1 (refused ones left
+        out: their step merges into the next)."""
+        return [self.changes.variant(order[:j]) for j in range(1, len(order))]
+
+    def next(self, runs: Runs, state: ExplainState) -> Step:
+        s = self.settings
+        if not self.changes.changes:
+            return Finished("the winner is the baseline: nothing to explain")
+        pick = self._round_robin(self.ablation_variants(), runs, s.repeats)
+        if pick is not None:
+            return self._measure(pick, "ablation", runs)
+        if state.order is None:
+            order = self.order(runs)
+            return Decide(
+                state.model_copy(update={"order": order}),
+                "changes by measured contribution: " + ", ".join(order),
+            )
+        if s.path:
+            path = [v for v in self.path_variants(state.order) if v.config is not None]
+            pick = self._round_robin(path, runs, s.repeats)
+            if pick is not None:
+                return self._measure(pick, "path", runs)
+        if s.minimal:
+            return self._eliminate(runs, state)
+        return Finished("done")
+
+    def _measure(self, v: Variant, phase: str, runs: Runs) -> Measure:
+        assert v.key is not None and v.config is not None
+        n = self._stats(runs, v.key).attempts
+        return Measure(v.key, v.config, phase, f"{self.label(v)}, run {n + 1}")
+
+    def label(self, v: Variant) -> str:
+        if v.applied == frozenset(self.changes.names):
+            return "the winner"
+        if not v.applied:
+            return "the baseline"
+        missing = [n for n in self.changes.names if n not in v.applied]
+        if len(missing) <= len(v.applied):
+            return "the winner without " + ", ".join(missing)
+        return "the baseline with " + ", ".join(n for n in self.changes.names if n in v.applied)
+
+    def order(self, runs: Runs) -> list[str]:
+        """The changes by measured contribution, largest first: required ones (without them
+        the deployment fails or breaks an SLO) first, ones that could not be reverted last,
+        ties in declaration order."""
+        w = self._stats(runs, self.winner.key)
+
+        def rank(item: tuple[int, str]) -> tuple[int, float, int]:
+            i, name = item
+            variant = self.reverts[name][0]
+            without = self._stats(runs, variant.key)
+            if variant.key is None:
+                return (2, 0.0, i)
+            if without.dead or without.breaks_slo:
+                return (0, 0.0, i)
+            return (1, -(w.mean - without.mean), i)
+
+        return [name for _, name in sorted(enumerate(self.changes.names), key=rank)]
+
+    # ------------------------------------------------------------------ elimination
+
+    def elimination_order(self, state: ExplainState) -> list[str]:
+        assert state.order is not None
+        return list(reversed(state.order))
+
+    def kept(self, state: ExplainState) -> list[str]:
+        dropped = {d.change for d in state.decisions if d.action == "dropped"}
+        return [n for n in self.changes.names if n not in dropped]
+
+    def _eliminate(self, runs: Runs, state: ExplainState) -> Step:
+        s = self.settings
+        decided = {d.change for d in state.decisions}
+        todo = [n for n in self.elimination_order(state) if n not in decided]
+        if not todo:
+            return Finished("done")
+        name = todo[0]
+        kept = self.kept(state)
+        candidate = self.changes.variant(n for n in kept if n != name)
+
+        def decide(action: str, why: str) -> Decide:
+            decision = Decision(change=name, action=action, why=why, key=candidate.key)  # type: ignore[arg-type]
+            return Decide(
+                state.model_copy(update={"decisions": [*state.decisions, decision]}),
+                f"{action} {name}: {why}",
+            )
+
+        if candidate.config is None:
+            return decide("kept", f"the configuration without it is refused: {candidate.refused}")
+        alone = self._stats(runs, self.reverts[name][0].key)
+        if alone.dead:  # not worth a restart: the winner without it did not even start
+            return decide("kept", f"the winner without it fails ({alone.failure})")
+        c = self._stats(runs, candidate.key)
+        if not c.dead and c.attempts < s.repeats:
+            return self._measure(candidate, "minimal", runs)
+        if c.dead:
+            return decide("kept", f"without it the deployment fails ({c.failure})")
+        if c.breaks_slo:
+            return decide("kept", f"without it {c.infeasible} of {c.n} runs break an SLO")
+        w = self._stats(runs, self.winner.key)
+        sd, df = self.noise(runs)
+        ratio = self.ratio(c, w, sd, df)
+        target = 1.0 - s.tolerance
+        if ratio is not None and ratio.low is not None and ratio.high is not None:
+            close = ratio.low < target < ratio.high
+            if close and c.attempts < s.max_repeats:
+                if w.n <= c.n and w.attempts < 2 * s.max_repeats:
+                    return self._measure(self.winner, "minimal", runs)
+                return self._measure(candidate, "minimal", runs)
+        low_c = conservative(c.mean, half_width(c.mean, c.n, sd, df))
+        low_w = conservative(w.mean, half_width(w.mean, w.n, sd, df))
+        shown = f"{c.mean:,.1f} (n={c.n}, lower bound {low_c:,.1f})"
+        if low_c >= target * low_w:
+            return decide(
+                "dropped",
+                f"without it {shown}, within {100 * s.tolerance:g}% of the winner's lower "
+                f"bound {low_w:,.1f}",
+            )
+        return decide(
+            "kept",
+            f"without it {shown}, below {100 * target:g}% of the winner's lower bound {low_w:,.1f}",
+        )
+
+    @staticmethod
+    def ratio(c: _Stats, w: _Stats, sd: float | None, df: int) -> Interval | None:
+        """mean(c) / mean(w) with its 95% interval (log scale, relative noise ``sd``)."""
+        if c.n == 0 or w.n == 0 or w.mean <= 0:
+            return None
+        r = c.mean / w.mean
+        if sd is None or df < 1:
+            return Interval(value=r)
+        half = t_quantile(0.95, df) * sd * math.sqrt(1.0 / c.n + 1.0 / w.n)
+        return Interval(value=r, low=r * math.exp(-half), high=r * math.exp(half))
+
+    # ------------------------------------------------------------------ the result
+
+    def measured(self, runs: Runs, key: str | None, sd: float | None, df: int) -> Measured:
+        st = self._stats(runs, key)
+        mean = None
+        if st.n:
+            half = half_width(st.mean, st.n, sd, df)
+            mean = Interval(
+                value=st.mean,
+                low=None if half is None else st.mean - half,
+                high=None if half is None else st.mean + half,
+            )
+        return Measured(
+            key=key,
+            n=st.n,
+            values=list(st.values),
+            mean=mean,
+            failure=st.failure,
+            infeasible=st.infeasible,
+        )
+
+    @staticmethod
+    def difference(a: Measured, b: Measured, sd: float | None, df: int) -> Interval | None:
+        """a's mean minus b's, with its 95% interval."""
+        if a.mean is None or b.mean is None:
+            return None
+        d = a.mean.value - b.mean.value
+        if sd is None or df < 1:
+            return Interval(value=d)
+        se = sd * math.sqrt(a.mean.value**2 / a.n + b.mean.value**2 / b.n)
+        half = t_quantile(0.95, df) * se
+        return Interval(value=d, low=d - half, high=d + half)
+
+    def explanation(
+        self,
+        runs: Runs,
+        state: ExplainState,
+        *,
+        unit: str,
+        objective: str,
+        stopped: str | None = None,
+    ) -> Explanation:
+        sd, df = self.noise(runs)
+        win = self.measured(runs, self.winner.key, sd, df)
+        base = self.measured(runs, self.baseline.key, sd, df)
+        effects = []
+        for change in self.changes.changes:
+            variant, reverted, note = self.reverts[change.name]
+            without = self.measured(runs, variant.key, sd, df)
+            contribution = self.difference(win, without, sd, df)
+            notes = [n for n in (change.why_grouped, note) if n]
+            effects.append(
+                Effect(
+                    change=change.name,
+                    levers=list(change.levers),
+                    winner=dict(change.winner),  # type: ignore[arg-type]
+                    baseline=dict(change.baseline),  # type: ignore[arg-type]
+                    reverted=list(reverted),
+                    note="; ".join(notes) or None,
+                    without=without,
+                    contribution=contribution,
+                    relative=(
+                        contribution.value / win.mean.value
+                        if contribution is not None and win.mean and win.mean.value
+                        else None
+                    ),
+                    required=without.failure is not None
+                    or (without.n > 0 and 2 * without.infeasible > without.n),
+                )
+            )
+        path: list[PathStep] = []
+        if state.order is not None and self.settings.path:
+            previous, pending, note = base, [], None
+            for j, name in enumerate(state.order, start=1):
+                pending.append(name)
+                v = self.changes.variant(state.order[:j]) if j < len(state.order) else self.winner
+                if v.config is None:
+                    note = f"{name} alone is refused here ({v.refused}): added with the next"
+                    continue
+                m = self.measured(runs, v.key, sd, df)
+                path.append(
+                    PathStep(
+                        added=pending,
+                        measured=m,
+                        step=self.difference(m, previous, sd, df),
+                        note=note,
+                    )
+                )
+                previous, pending, note = m, [], None
+        minimal = None
+        if state.order is not None and self.settings.minimal:
+            kept = self.kept(state)
+            v = self.changes.variant(kept)
+            decided = {d.change for d in state.decisions}
+            m = self.measured(runs, v.key, sd, df)
+            w_st = self._stats(runs, self.winner.key)
+            m_st = self._stats(runs, v.key)
+            minimal = Minimal(
+                kept=kept,
+                dropped=[d.change for d in state.decisions if d.action == "dropped"],
+                config=dict(v.config or {}),  # type: ignore[arg-type]
+                measured=m,
+                ratio=self.ratio(m_st, w_st, sd, df),
+                decisions=list(state.decisions),
+                complete=decided >= set(self.changes.names),
+            )
+        complete = stopped is None and (
+            state.order is not None and (minimal is None or minimal.complete)
+        )
+        return Explanation(
+            winner=self.winner_number,
+            unit=unit,
+            objective=objective,
+            tolerance=self.settings.tolerance,
+            winner_config=dict(self.changes.winner_config),  # type: ignore[arg-type]
+            baseline_config=dict(self.changes.baseline_config),  # type: ignore[arg-type]
+            winner_measured=win,
+            baseline_measured=base,
+            noise_sd=sd,
+            noise_df=df,
+            effects=effects,
+            path=path,
+            minimal=minimal,
+            runs=state.runs,
+            complete=complete or not self.changes.changes,
+            stopped=stopped,
+        )

@@ -1,0 +1,177 @@
+"""``autotune explain``: measure what each of the winner's changes bought, from fresh services.
+
+The loop asks the planner (:mod:`autotune.explain.planner`, pure) what to measure next,
+measures it through the trial pipeline from freshly started services (as re-measurement
+does), stores the run as a study attribute and asks again; a decision the planner takes is
+stored before anything else is measured. Interrupted anywhere, the study holds whole runs
+and whole decisions only, and the next ``autotune explain`` continues where this one
+stopped (a run cut short is measured again). The explanation computed from what is stored
+is written as ``explain:result`` at the end, and after every decision, so ``report`` and
+``best --minimal`` can use a partial one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from autotune.errors import AutotuneError, ConfigError
+from autotune.explain import (
+    ChangeSet,
+    Decide,
+    ExplainRun,
+    ExplainSettings,
+    ExplainState,
+    Explanation,
+    Finished,
+    Measure,
+    Planner,
+    load_runs,
+    load_state,
+)
+from autotune.explain.record import RESULT_ATTR, STATE_ATTR, run_key
+from autotune.results import best_estimate, objective_label
+from autotune.study.context import StudyContext, close_phases
+from autotune.study.interrupts import deferred_interrupts
+from autotune.study.record import redact_record
+from autotune.trial import TrialOutcome, TrialPipeline
+
+Report = Callable[[int, TrialOutcome, float], None]
+
+
+class Explainer:
+    """The explain phase of one worker."""
+
+    def __init__(self, ctx: StudyContext, pipeline: TrialPipeline, *, report: Report) -> None:
+        self.ctx = ctx
+        self.pipeline = pipeline
+        self.report = report
+        self.active = False
+        self.measured = 0
+        """Runs this invocation took."""
+
+    def planner(self, settings: ExplainSettings) -> Planner:
+        """The plan for the study's current winner (``best``'s pick)."""
+        ctx = self.ctx
+        estimate = best_estimate(ctx.study)
+        if estimate is None:
+            raise AutotuneError(
+                f"study {ctx.study.study_name!r} has no feasible completed trial to explain"
+            )
+        if not ctx.space.has_baseline:
+            raise ConfigError(
+                "explaining a winner needs the space's baseline (what each change is reverted to)",
+                file=ctx.space.file,
+                field="baseline",
+            )
+        changes = ChangeSet(
+            ctx.space, baseline=ctx.space.baseline_params(), winner=estimate.trial.config
+        )
+        return Planner(
+            changes,
+            settings,
+            winner=estimate.trial.number,
+            prior_noise=(estimate.noise_sd, estimate.noise_df),
+        )
+
+    def run(self, settings: ExplainSettings) -> Explanation:
+        ctx = self.ctx
+        planner = self.planner(settings)
+        state = load_state(ctx.study)
+        if state is None or (state.winner, state.winner_key) != (
+            planner.winner_number,
+            planner.winner.key,
+        ):
+            state = planner.new_state()
+            self._store(STATE_ATTR, state.model_dump(mode="json"))
+        what, unit = objective_label(ctx.objective.metric_names)
+        names = ", ".join(planner.changes.names) or "none"
+        ctx.progress.message(
+            f"explaining trial #{planner.winner_number}: {len(planner.changes.changes)} "
+            f"change(s) from the baseline ({names}); each configuration {settings.repeats}x "
+            "from freshly started services"
+        )
+        stopped: str | None = None
+        self.active = True
+        try:
+            while True:
+                runs = load_runs(ctx.study)
+                step = planner.next(runs, state)
+                if isinstance(step, Finished):
+                    break
+                if isinstance(step, Decide):
+                    state = step.state
+                    self._store(STATE_ATTR, state.model_dump(mode="json"))
+                    ctx.progress.message(step.message)
+                    self._store_result(planner, state, what, unit, stopped=None, partial=True)
+                    continue
+                assert isinstance(step, Measure)
+                if settings.budget is not None and state.runs >= settings.budget:
+                    stopped = f"the budget of {settings.budget} restarts is spent"
+                    ctx.progress.message(f"explanation stopped: {stopped}")
+                    break
+                index = len(runs.get(step.key, ()))
+                self._measure(step, index=index, state=state)
+                state = state.model_copy(update={"runs": state.runs + 1})
+                self._store(STATE_ATTR, state.model_dump(mode="json"))
+        finally:
+            self.active = False
+        result = self._store_result(planner, state, what, unit, stopped=stopped, partial=False)
+        return result
+
+    def _measure(self, step: Measure, *, index: int, state: ExplainState) -> None:
+        ctx = self.ctx
+        t0 = time.monotonic()
+        ctx.progress.trial_started(
+            number=state.winner,
+            index=state.runs + 1,
+            total=0,
+            config=step.config,
+            kind=f"explain ({step.phase}: {step.why})",
+        )
+        outcome = self.pipeline.evaluate(dict(step.config), is_baseline=False, fresh=True)
+        elapsed = close_phases(outcome, t0)
+        record = redact_record(outcome.record)
+        run = ExplainRun(
+            key=step.key,
+            index=index,
+            config=record.config,
+            values=outcome.values,
+            feasible=outcome.feasible and outcome.failure is None,
+            failure=record.failure,
+            reason=record.reason,
+            metrics=record.metrics,
+            services=record.services,
+            engine_version=record.engine_version,
+            overrides=record.overrides,
+            phase_seconds=record.phase_seconds,
+        )
+        self._store(run_key(step.key, index), run.model_dump(mode="json"))
+        self.measured += 1
+        outcome.record = record
+        self.report(state.winner, outcome, elapsed)
+
+    def _store_result(
+        self,
+        planner: Planner,
+        state: ExplainState,
+        what: str,
+        unit: str,
+        *,
+        stopped: str | None,
+        partial: bool,
+    ) -> Explanation:
+        result = planner.explanation(
+            load_runs(self.ctx.study),
+            state,
+            unit=unit,
+            objective=what,
+            stopped=stopped if not partial else "in progress",
+        )
+        self._store(RESULT_ATTR, result.model_dump(mode="json"))
+        return result
+
+    def _store(self, key: str, value: Any) -> None:
+        with deferred_interrupts():
+            self.ctx.study.set_user_attr(key, value)
