@@ -50,6 +50,9 @@ class TrialResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     number: int
+    label: str = ""
+    """What of the trial this is: empty for the trial itself, ``minimal`` for its minimal
+    winner (``autotune explain``), which the exporters name as such."""
     state: str
     values: list[float] | None = None
     metric_names: list[str] = Field(default_factory=list)
@@ -88,6 +91,16 @@ class TrialResult(BaseModel):
     @property
     def complete(self) -> bool:
         return self.state == TrialState.COMPLETE.name
+
+    @property
+    def title(self) -> str:
+        """How exports name it: ``trial 7``, ``trial 7 (minimal winner)``."""
+        return f"trial {self.number}" + (" (minimal winner)" if self.label == "minimal" else "")
+
+    @property
+    def slug(self) -> str:
+        """Its exported files' stem: ``trial-7``, ``trial-7-minimal``."""
+        return f"trial-{self.number}" + (f"-{self.label}" if self.label else "")
 
     @property
     def measured(self) -> bool:

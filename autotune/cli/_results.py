@@ -22,6 +22,7 @@ from autotune.cli._common import (
     check_out,
     check_study,
     console,
+    err_console,
     deployment_context,
     friendly,
     open_existing,
@@ -47,9 +48,16 @@ def best(
         help="Study file whose deployment supplies secret values for --export systemd "
         "(default: studies/STUDY.yaml when it exists).",
     ),
+    minimal: bool = typer.Option(
+        False,
+        "--minimal",
+        help="The minimal winner instead (the fewest changes within the tolerance of the "
+        "winner, found by `autotune explain`); every --export ships it.",
+    ),
 ) -> None:
     """Best feasible configuration (ranked by a lower confidence bound), its metrics, mean +-
-    95% CI over its measurements and its gain over the baseline."""
+    95% CI over its measurements and its gain over the baseline; with --minimal, the
+    smallest set of its changes measured within the tolerance of it."""
     from autotune.export import export as do_export
     from autotune.export import redact_trial
     from autotune.results import baseline_trial, best_estimate
@@ -67,6 +75,10 @@ def best(
         raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
     winner = estimate.trial
     base = baseline_trial(opened)
+    if minimal:
+        winner = _minimal(opened, winner, show=export is None, base=base)
+        if export is None:
+            return
     if export is None:
         gain = None
         if base is not None and base.feasible and base.throughput:
@@ -81,7 +93,9 @@ def best(
         from autotune.render import render
 
         _, space, deployment, run_dir = deployment_context(study, study_file)
-        current = render(space, deployment, space.complete(winner.config), run_dir=run_dir)
+        current = render(
+            space, deployment, space.complete(winner.params or winner.config), run_dir=run_dir
+        )
     with writing("--out"):
         written = do_export(
             winner,
@@ -94,6 +108,62 @@ def best(
     else:
         for path in written:
             console.print(str(path), highlight=False, markup=False)
+
+
+def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
+    """The stored explanation's minimal winner as a trial (printed when ``show``)."""
+    from autotune.explain import load_explanation, load_runs
+    from autotune.explain.minimal import minimal_trial
+    from autotune.export import redact_trial
+
+    explanation = load_explanation(opened)
+    if explanation is None:
+        raise AutotuneError(
+            f"study {opened.study_name!r} has no explanation yet: run `autotune explain "
+            f"--study {opened.study_name}` first"
+        )
+    trial = minimal_trial(explanation, load_runs(opened), winner)
+    m = explanation.minimal
+    assert m is not None
+    if not m.complete:
+        err_console.print(
+            "note: the minimal-winner search did not finish (resume it with `autotune "
+            "explain`): this is the smallest set found so far",
+            highlight=False,
+            markup=False,
+        )
+    if not show:
+        return trial
+    unit = explanation.unit
+    table = Table(title=f"minimal winner of trial #{winner.number}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("changes kept", Text(", ".join(m.kept) or "none (the baseline)"))
+    table.add_row("changes dropped", Text(", ".join(m.dropped) or "none: every change is needed"))
+    if m.measured.mean is not None:
+        half = m.measured.mean.high - m.measured.mean.value if m.measured.mean.high else None
+        shown = f"{m.measured.mean.value:,.1f}" + (f" +- {half:,.1f}" if half else "")
+        table.add_row("measured", f"{shown} {unit} (95% CI, n={m.measured.n})")
+    if m.ratio is not None:
+        band = (
+            f" [{m.ratio.low:.3f}, {m.ratio.high:.3f}]"
+            if m.ratio.low is not None and m.ratio.high is not None
+            else ""
+        )
+        table.add_row(
+            "vs the winner",
+            f"{m.ratio.value:.3f}{band} (tolerance {100 * explanation.tolerance:g}%)",
+        )
+    if base is not None and base.throughput and m.measured.mean is not None:
+        table.add_row("gain over baseline", f"{m.measured.mean.value / base.throughput:,.1f}x")
+    shown_trial = redact_trial(trial)
+    table.add_row("config", Text(json.dumps(shown_trial.config, sort_keys=True)))
+    for name, svc in shown_trial.services.items():
+        table.add_row(Text(f"{name} command"), Text(svc.command))
+    for d in m.decisions:
+        table.add_row(Text(f"{d.action} {d.change}"), Text(d.why))
+    console.print(table)
+    return trial
 
 
 def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:

@@ -75,6 +75,6 @@ def export(
         return text
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"trial-{trial.number}.{_SUFFIX[fmt]}"
+    path = out_dir / f"{trial.slug}.{_SUFFIX[fmt]}"
     path.write_text(text, encoding="utf-8")
     return [path]

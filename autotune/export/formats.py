@@ -24,7 +24,7 @@ from autotune.results import ServiceRecord, TrialResult
 def export_env(trial: TrialResult) -> str:
     """``unset X`` / ``export A=...`` per service, shell-quoted, in start order."""
     trial = redact_trial(trial)
-    out = [f"# autotune trial {trial.number}: environment per service"]
+    out = [f"# autotune {trial.title}: environment per service"]
     for name in start_order(trial.services):
         rec = trial.services[name]
         split = split_service(rec)
@@ -69,7 +69,7 @@ def command_line(rec: ServiceRecord) -> str:
 def export_command(trial: TrialResult) -> str:
     """One paste-able command line per service, in start order, each under a comment."""
     trial = redact_trial(trial)
-    out = [f"# autotune trial {trial.number}: start each service in this order"]
+    out = [f"# autotune {trial.title}: start each service in this order"]
     for name in start_order(trial.services):
         out += [f"# --- {name}", command_line(trial.services[name])]
     return "\n".join(out) + "\n"
@@ -80,6 +80,7 @@ def export_json(trial: TrialResult) -> str:
     trial = redact_trial(trial)
     doc: dict[str, Any] = {
         "trial": trial.number,
+        **({"minimal_winner": True} if trial.label == "minimal" else {}),
         "state": trial.state,
         "feasible": trial.feasible,
         "is_baseline": trial.is_baseline,

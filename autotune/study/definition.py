@@ -270,9 +270,7 @@ class StudyDefinition(BaseModel):
     def _measurement_fits_the_objective(self) -> StudyDefinition:
         primary = self.objective.split("_vs_")[0]
         load, slo = self.load, self.slo
-        latency_slo = any(
-            v is not None for v in (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.e2e_p99_ms)
-        )
+        latency_slo = any(v is not None for v in (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.e2e_p99_ms))
 
         def error(field: str, message: str) -> PydanticCustomError:
             return PydanticCustomError("objective", message, {"field": field})
@@ -292,9 +290,7 @@ class StudyDefinition(BaseModel):
                     "slo.tpot_p99_ms or slo.e2e_p99_ms",
                 )
             if "max_error_rate" in search.model_fields_set:
-                raise error(
-                    "capacity.max_error_rate", "the error-rate limit is slo.max_error_rate"
-                )
+                raise error("capacity.max_error_rate", "the error-rate limit is slo.max_error_rate")
             if search.over == "rate" and load.request_rate is not None:
                 raise error(
                     "load.request_rate",
@@ -315,9 +311,7 @@ class StudyDefinition(BaseModel):
                     "rate: set load.request_rate (req/s)",
                 )
             if not latency_slo:
-                raise error(
-                    "slo", "a goodput objective needs a latency SLO (slo.ttft_p99_ms, ...)"
-                )
+                raise error("slo", "a goodput objective needs a latency SLO (slo.ttft_p99_ms, ...)")
         open_loop = load.request_rate is not None or (
             primary == "capacity" and search.over == "rate"
         )
