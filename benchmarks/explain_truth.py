@@ -11,7 +11,8 @@ the true effect is above the noise, and whether the interval covers the truth. T
 winner's true throughput is compared with the true winner's.
 
     .venv/bin/python benchmarks/explain_truth.py --trials 25 --seeds 1 2 --repeats 3
-    .venv/bin/python benchmarks/explain_truth.py --storage sqlite:///studies/x.db --study dsv4-flash-sim
+    .venv/bin/python benchmarks/explain_truth.py --storage sqlite:///studies/x.db \
+        --study dsv4-flash-sim
 
 Writes a Markdown table per study to stdout and a JSON summary with ``--out``.
 """
@@ -181,7 +182,8 @@ def markdown(result: dict[str, Any]) -> str:
     out += [
         "",
         f"the interval covers the truth for {covered}/{len(rows)} changes, the truth on the "
-        f"measured scale for {covered_scaled}/{len(rows)}; sign right {signs}/{len(resolvable)} of the changes "
+        f"measured scale for {covered_scaled}/{len(rows)}; sign right "
+        f"{signs}/{len(resolvable)} of the changes "
         "whose true effect is above the interval's half-width",
     ]
     if result["minimal_kept"] is not None:
