@@ -1,11 +1,12 @@
 """What the winner changed from the baseline, and the configurations in between.
 
-A *change* is the unit the explanation reverts and adds: usually one lever, but a lever that
-only exists because of another change travels with it. A lever inactive in the baseline
-(``when:`` false there) has no baseline value to go back to, and a baseline lever the winner
-made inactive comes back by itself when its parent is reverted; either is grouped with the
-changed levers its condition names (transitively, through derived values), and the group is
-reverted and added as one.
+A *change* is the unit the explanation reverts and adds: usually one lever. A lever the
+baseline leaves inactive (``when:`` false there) is reverted to the engine's own value (the
+space's ``default:``, or its flag's ``unset_value``) where the space gives one; a winner
+whose value equals that default changed nothing there and is no change. Without a default
+there is nothing to go back to, and a baseline lever the winner made inactive comes back by
+itself when its parent is reverted: either is grouped with the changed levers its condition
+names (transitively, through derived values), and the group is reverted and added as one.
 
 :meth:`ChangeSet.variant` builds "the baseline plus these changes": a configuration, or why
 there is none (a forbidden combination, a lever the mix activates that neither side sets).
@@ -33,8 +34,11 @@ class Change:
     winner: Mapping[str, object]
     """The winner's value of each lever (a lever the winner leaves inactive is absent)."""
     baseline: Mapping[str, object]
-    """The baseline's value of each lever (absent where the baseline leaves it inactive)."""
+    """What each lever is reverted to: the baseline's value, or the engine's default for a
+    lever the baseline leaves inactive (:attr:`defaulted`); absent where there is neither."""
     why_grouped: str | None = None
+    defaulted: tuple[str, ...] = ()
+    """Levers inactive in the baseline, reverted to the engine's default."""
 
     @property
     def name(self) -> str:
@@ -44,7 +48,11 @@ class Change:
         """``lever: baseline -> winner`` for each lever, inactive written as such."""
 
         def shown(values: Mapping[str, object], lever: str) -> str:
-            return repr(values[lever]) if lever in values else "(inactive)"
+            if lever not in values:
+                return "(inactive)"
+            return repr(values[lever]) + (
+                " (default)" if values is self.baseline and lever in self.defaulted else ""
+            )
 
         return ", ".join(
             f"{lever}: {shown(self.baseline, lever)} -> {shown(self.winner, lever)}"
@@ -73,8 +81,14 @@ class ChangeSet:
         self.space = space
         self.baseline_config = space.complete(baseline)
         self.winner_config = space.complete(winner)
-        self.changes: tuple[Change, ...] = _group(space, self.baseline_config, self.winner_config)
+        self.defaults = {
+            p.name: d for p in space.sampled_params if (d := p.engine_default) is not None
+        }
+        self.changes: tuple[Change, ...] = _group(
+            space, self.baseline_config, self.winner_config, self.defaults
+        )
         self._by_name = {c.name: c for c in self.changes}
+        self._owner = {lever: c.name for c in self.changes for lever in c.levers}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -89,22 +103,22 @@ class ChangeSet:
         unknown = names - self._by_name.keys()
         if unknown:
             raise KeyError(sorted(unknown)[0])
-        values: Config = {
-            p.name: self.baseline_config[p.name]
-            for p in self.space.sampled_params
-            if p.name in self.baseline_config
-        }
-        for name in names:
-            change = self._by_name[name]
-            for lever in change.levers:
-                if lever in change.winner:
-                    values[lever] = change.winner[lever]
-                else:
-                    values.pop(lever, None)
-        # A lever the mix makes active that neither side set (its condition holds only for
-        # this combination): take the winner's value if it has one.
-        for lever, value in self.winner_config.items():
-            values.setdefault(lever, value)
+        # Each lever: the winner's value where its change is applied, else the baseline's,
+        # else the engine's default, else (a lever only this mix activates) the winner's.
+        values: Config = {}
+        for param in self.space.sampled_params:
+            lever = param.name
+            owner = self._owner.get(lever)
+            if owner in names and lever in self.winner_config:
+                values[lever] = self.winner_config[lever]
+            elif owner in names:
+                continue  # the winner leaves it inactive
+            elif lever in self.baseline_config:
+                values[lever] = self.baseline_config[lever]
+            elif lever in self.defaults:
+                values[lever] = self.defaults[lever]
+            elif lever in self.winner_config:
+                values[lever] = self.winner_config[lever]
         try:
             config = self.space.complete(values)
         except ConfigError as exc:
@@ -145,14 +159,19 @@ class ChangeSet:
 
 
 def _group(
-    space: SearchSpace, base: Mapping[str, object], win: Mapping[str, object]
+    space: SearchSpace,
+    base: Mapping[str, object],
+    win: Mapping[str, object],
+    defaults: Mapping[str, object],
 ) -> tuple[Change, ...]:
-    sampled = [p for p in space.sampled_params]
+    sampled = list(space.sampled_params)
+    # What each lever goes back to: the baseline's value, else the engine's default.
+    back = {**{n: v for n, v in defaults.items() if n not in base}, **base}
     changed = [
         p.name
         for p in sampled
-        if (p.name in base) != (p.name in win)
-        or (p.name in base and not same_value(base[p.name], win[p.name]))
+        if (p.name in back) != (p.name in win)
+        or (p.name in win and not same_value(back[p.name], win[p.name]))
     ]
     parent = {name: name for name in changed}
 
@@ -181,10 +200,14 @@ def _group(
     why: dict[str, str] = {}
     for name in changed:
         param = space.parameter(name)
-        if (name in base) == (name in win) or param.when is None:
+        if (name in back) == (name in win) or param.when is None:
             continue
-        side = "the baseline" if name not in base else "the winner"
-        for other in sorted(sources(param.when.names) & set(changed)):
+        side = "the baseline (and has no default)" if name not in back else "the winner"
+        # It goes with the nearest changed lever its condition names (the last declared:
+        # conditions name earlier levers), whose revert makes it inactive (or active) too.
+        named = sources(param.when.names) & set(changed)
+        if named:
+            other = max(named, key=lambda n: space.parameter(n).index)
             a, b = find(name), find(other)
             if a != b:
                 parent[a] = b
@@ -201,8 +224,9 @@ def _group(
             Change(
                 levers=levers,
                 winner={n: win[n] for n in levers if n in win},
-                baseline={n: base[n] for n in levers if n in base},
+                baseline={n: back[n] for n in levers if n in back},
                 why_grouped="; ".join(notes) or None,
+                defaulted=tuple(n for n in levers if n in back and n not in base),
             )
         )
     return tuple(out)

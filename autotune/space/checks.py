@@ -217,18 +217,22 @@ class _Checker:
                     )
 
     def check_hint(self, info: ParamInfo, field: str) -> None:
-        """A hint's value is a value of the parameter (a choice, or on its range and step)."""
+        """A hint's value and a default are values of the parameter (a choice, or on its
+        range and step)."""
         hint = getattr(info.spec, "hint", None)
-        if hint is None:
-            return
-        try:
-            info.normalize(hint.value)
-        except DomainError as exc:
-            raise self.fail(
-                f"{field}.hint.value",
-                f"the hint is not a value of '{info.name}': {exc.message}",
-                allowed=exc.allowed or [info.domain_text()],
-            ) from None
+        given = [] if hint is None else [(f"{field}.hint.value", "the hint", hint.value)]
+        default = getattr(info.spec, "default", None)
+        if default is not None:
+            given.append((f"{field}.default", "the default", default))
+        for where, what, value in given:
+            try:
+                info.normalize(value)
+            except DomainError as exc:
+                raise self.fail(
+                    where,
+                    f"{what} is not a value of '{info.name}': {exc.message}",
+                    allowed=exc.allowed or [info.domain_text()],
+                ) from None
 
     def compile_condition(self, when: object, *, field: str) -> Expr:
         if isinstance(when, dict):

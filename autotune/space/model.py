@@ -309,6 +309,13 @@ class _SampledBase(_ParamBase):
         default=None,
         description="A value to try early: {value: V, strength: S} with S in (0, 1].",
     )
+    default: Scalar | None = Field(
+        default=None,
+        description="The engine's own value when the lever is not set (its flag absent). "
+        "`autotune explain` reverts a lever the baseline leaves inactive to it, and a winner "
+        "whose value equals it changed nothing there. A flag's unset_value serves when this is "
+        "not given.",
+    )
 
 
 class CategoricalParam(_SampledBase):

@@ -18,6 +18,7 @@ from autotune.space.model import (
     BoolParam,
     CategoricalParam,
     DerivedParam,
+    FlagTarget,
     FloatParam,
     IntParam,
     Value,
@@ -64,6 +65,18 @@ class ParamInfo:
     @property
     def sampled(self) -> bool:
         return not isinstance(self.spec, DerivedParam)
+
+    @property
+    def engine_default(self) -> Value | None:
+        """The engine's own value when the lever is not set: the space's ``default``, else
+        its flag's ``unset_value`` (None when the space says neither)."""
+        spec = self.spec
+        if isinstance(spec, DerivedParam):
+            return None
+        value = spec.default
+        if value is None and isinstance(spec.target, FlagTarget):
+            value = spec.target.unset_value
+        return None if value is None else self.normalize(value)
 
     @property
     def choices(self) -> tuple[Value, ...] | None:

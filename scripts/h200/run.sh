@@ -4,6 +4,8 @@
 #   scripts/h200/fetch-wheels.sh            # here, once: the wheels the machine lacks -> .whl/
 #   scripts/h200/run.sh prepare start watch 420   # there, first call (carry: [".whl"])
 #   scripts/h200/run.sh watch 540                 # there, next calls, until the run ends
+#   FROM_DB=benchmarks/h200/transformers-serve-h200.db EXPLAIN_ARGS="--repeats 2 --no-path" \
+#     scripts/h200/run.sh prepare explain watch 420   # issue 18: explain the stored winner
 #
 # The device tool limits one command to 10 minutes and a session to 30 minutes of machine time,
 # so `start` runs `autotune run` in its own process session (it outlives the call while the
@@ -14,6 +16,9 @@
 # Verbs, run in order:
 #   prepare        install .whl/*.whl into /tmp/site, check the imports, build the model
 #   start          start (or resume) the study in the background
+#   explain        start (or resume) `autotune explain` of the study's winner in the background
+#                  ($EXPLAIN_ARGS: its options; a stored study is put at studies/NAME.db first
+#                  from $FROM_DB when that file is missing)
 #   watch SECONDS  wait until the run ends or SECONDS pass, then collect
 #   collect        snapshot the database, write the report and `best` into $OUT
 set -uo pipefail
@@ -61,12 +66,21 @@ EOF
 
 running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
-start() {
+background() {
   if running; then say "already running (pid $(cat "$PIDFILE"))"; return 0; fi
-  say "autotune run --study $STUDY --trials $TRIALS"
-  setsid nohup "$PY" -m autotune run --study "$STUDY" --trials "$TRIALS" \
-    >>"$LOG" 2>&1 </dev/null &
+  say "autotune $*"
+  setsid nohup "$PY" -m autotune "$@" >>"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
+}
+
+start() { background run --study "$STUDY" --trials "$TRIALS"; }
+
+explain() {
+  if [ ! -f "studies/$STUDY.db" ] && [ -n "${FROM_DB:-}" ]; then
+    cp "$FROM_DB" "studies/$STUDY.db" && say "study copied from $FROM_DB"
+  fi
+  # shellcheck disable=SC2086
+  background explain --study "$STUDY" ${EXPLAIN_ARGS:-}
 }
 
 watch() {
@@ -90,6 +104,8 @@ EOF
   "$PY" -m autotune report --study "$STUDY" --out "$OUT/$STUDY.html" 2>&1 | tail -2
   "$PY" -m autotune best --study "$STUDY" >"$OUT/best.txt" 2>&1
   "$PY" -m autotune status --study "$STUDY" >"$OUT/status.txt" 2>&1
+  "$PY" -m autotune explain --study "$STUDY" --show >"$OUT/explain.txt" 2>&1 || true
+  "$PY" -m autotune best --study "$STUDY" --minimal >"$OUT/best-minimal.txt" 2>&1 || true
   cp "$LOG" "$OUT/run.log"
   # The server's log of the last trial (the run directory keeps one per service).
   find studies/runs -name '*.log' -newer "$PIDFILE" -print0 2>/dev/null |
@@ -101,9 +117,10 @@ while [ $# -gt 0 ]; do
   case $1 in
     prepare) prepare || { say "prepare failed"; exit 1; } ;;
     start) start ;;
+    explain) explain ;;
     watch) watch "${2:-540}"; shift ;;
     collect) collect ;;
-    *) echo "unknown verb '$1' (allowed: prepare, start, watch SECONDS, collect)" >&2; exit 2 ;;
+    *) echo "unknown verb '$1' (allowed: prepare, start, explain, watch SECONDS, collect)" >&2; exit 2 ;;
   esac
   shift
 done
