@@ -27,7 +27,8 @@ class ExplainSettings(BaseModel):
     minimal: bool = True
     """Search the smallest set of changes within ``tolerance`` (backward elimination)."""
     budget: int | None = Field(None, ge=1, le=10_000)
-    """At most this many restarts (None: what the plan needs)."""
+    """At most this many restarts per invocation (None: what the plan needs); the next
+    invocation resumes."""
 
     @model_validator(mode="after")
     def _repeats_in_order(self) -> ExplainSettings:

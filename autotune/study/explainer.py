@@ -107,7 +107,7 @@ class Explainer:
                     self._store_result(planner, state, what, unit, stopped=None, partial=True)
                     continue
                 assert isinstance(step, Measure)
-                if settings.budget is not None and state.runs >= settings.budget:
+                if settings.budget is not None and self.measured >= settings.budget:
                     stopped = f"the budget of {settings.budget} restarts is spent"
                     ctx.progress.message(f"explanation stopped: {stopped}")
                     break
