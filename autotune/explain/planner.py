@@ -24,7 +24,10 @@ Three phases, in order:
    Where the ratio's 95% interval straddles ``1 - tolerance`` the candidate (and the
    winner, to stay balanced) get more runs, up to ``max_repeats``, before deciding. A
    candidate that fails, breaks an SLO in most runs or is refused by the space keeps the
-   change. Each decision is frozen in the state when taken.
+   change. A change whose revert alone (measured by the ablation) is below
+   ``1 - tolerance`` of the winner with confidence is kept without measuring again: each
+   restart costs minutes on hardware, and the changes dropped before it were each within
+   the tolerance. Each decision is frozen in the state when taken.
 """
 
 from __future__ import annotations
@@ -263,6 +266,25 @@ class Planner:
         alone = self._stats(runs, self.reverts[name][0].key)
         if alone.dead:  # not worth a restart: the winner without it did not even start
             return decide("kept", f"the winner without it fails ({alone.failure})")
+        w = self._stats(runs, self.winner.key)
+        sd, df = self.noise(runs)
+        target = 1.0 - s.tolerance
+        if candidate.key != self.reverts[name][0].key:
+            # The ablation measured the winner without it alone: far below the tolerance
+            # with confidence, it is kept without restarts (each costs minutes on hardware).
+            alone_ratio = self.ratio(alone, w, sd, df)
+            if (
+                alone_ratio is not None
+                and alone_ratio.high is not None
+                and alone_ratio.high < target
+            ):
+                return decide(
+                    "kept",
+                    f"the winner without it alone measured {alone.mean:,.1f} (n={alone.n}), "
+                    f"{alone_ratio.value:.3f} of the winner [{alone_ratio.low:.3f}, "
+                    f"{alone_ratio.high:.3f}]: below {100 * target:g}% with confidence, not "
+                    "measured again",
+                )
         c = self._stats(runs, candidate.key)
         if not c.dead and c.attempts < s.repeats:
             return self._measure(candidate, "minimal", runs)
@@ -270,10 +292,7 @@ class Planner:
             return decide("kept", f"without it the deployment fails ({c.failure})")
         if c.breaks_slo:
             return decide("kept", f"without it {c.infeasible} of {c.n} runs break an SLO")
-        w = self._stats(runs, self.winner.key)
-        sd, df = self.noise(runs)
         ratio = self.ratio(c, w, sd, df)
-        target = 1.0 - s.tolerance
         if ratio is not None and ratio.low is not None and ratio.high is not None:
             close = ratio.low < target < ratio.high
             if close and c.attempts < s.max_repeats:
