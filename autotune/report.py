@@ -17,7 +17,12 @@ deployment's name, not its GPU count: :func:`deployment_gpus` reads ``gpus:`` fr
 deployment file of that name when the report is written, and without one the figures are
 per deployment.
 
-Why one module of ~1,000 lines: one self-contained HTML file; the figures and the tables
+The explanation section draws what ``autotune explain`` stored
+(:func:`autotune.explain.load_explanation`): a waterfall from the baseline to the winner,
+the minimal winner beside the full one, and each change's measured contribution beside
+Optuna's importance of its levers; before an explanation it says how to get one.
+
+Why one module of ~1,600 lines: one self-contained HTML file; the figures and the tables
 share the escaping rules that keep a planted value from ending a script block.
 """
 
@@ -41,7 +46,8 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from autotune.deployment import available_deployments, load_deployment
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, StorageError
+from autotune.explain import Effect, Explanation, Interval, Measured, load_explanation
 from autotune.export import redact_trial
 from autotune.results import (
     ConfigEstimate,
@@ -57,6 +63,7 @@ from autotune.results import (
     load_results,
     objective_label,
     own_trials,
+    t_quantile,
 )
 from autotune.secrets import redacted_command
 
@@ -80,7 +87,8 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em a
 max-width:1200px;color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:.3em .6em;
-text-align:left;vertical-align:top}th{background:#f4f4f4}td.num{text-align:right}
+text-align:left;vertical-align:top}th{background:#f4f4f4}td.num{text-align:right;
+white-space:nowrap}
 pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:.85em}
 pre.cfg{white-space:pre;word-break:normal}
 .note{color:#666;font-style:italic}.plot{height:460px}
@@ -141,13 +149,15 @@ def write_report(
         if with_curves
         else {}
     )
+    importances = param_importances(study) if _importance_trials(results) else {}
     sections = [
         _summary(study, results, best, baseline, winner, objective),
         _pareto(results, best, baseline, objective),
         _curves(results, baseline),
         _interactivity(results, baseline, gpus),
         _history(results, objective),
-        _importance(study, results, objective),
+        _importance(results, importances, objective),
+        _explanation(study, importances, winner),
         _noise(estimates, winner, objective),
         _time_breakdown(results, remeasured),
         _failures(results),
@@ -663,12 +673,23 @@ def _history(results: list[TrialResult], objective: Objective = THROUGHPUT_OBJEC
     return head + _plot(fig, "plot-history") + "</section>"
 
 
+def _importance_trials(results: Sequence[TrialResult]) -> int:
+    """Feasible trials with parameters; 0 below :data:`MIN_IMPORTANCE_TRIALS` (too few for
+    importances that mean anything)."""
+    n = sum(1 for r in results if r.feasible and r.throughput is not None and r.params)
+    return n if n >= MIN_IMPORTANCE_TRIALS else 0
+
+
 def _importance(
-    study: optuna.Study, results: list[TrialResult], objective: Objective = THROUGHPUT_OBJECTIVE
+    results: list[TrialResult],
+    importances: Mapping[str, float],
+    objective: Objective = THROUGHPUT_OBJECTIVE,
 ) -> str:
+    """``importances``: :func:`param_importances`, computed once (the explanation section
+    reads them too)."""
     head = _section_open("importance", "Parameter importances (feasible trials)")
-    usable = [r for r in results if r.feasible and r.throughput is not None and r.params]
-    if len(usable) < MIN_IMPORTANCE_TRIALS:
+    if not _importance_trials(results):
+        usable = [r for r in results if r.feasible and r.throughput is not None and r.params]
         return (
             head
             + _note(
@@ -677,7 +698,6 @@ def _importance(
             )
             + "</section>"
         )
-    importances = param_importances(study)
     if not importances:
         return head + _note("Importances could not be computed for these trials.") + "</section>"
     names = list(importances)[::-1]
@@ -715,6 +735,579 @@ def param_importances(study: optuna.Study) -> dict[str, float]:
         return dict(optuna.importance.get_param_importances(copy))
     except (ValueError, RuntimeError, ZeroDivisionError):
         return {}
+
+
+# --- the explanation (autotune explain) ----------------------------------------------------
+
+NO_EXPLANATION = (
+    "No explanation yet: `autotune explain --study {study}` measures what each of the "
+    "winner's changes from the baseline bought (each reverted alone, from freshly started "
+    "services), the path from the baseline and the minimal winner."
+)
+
+
+@dataclass(frozen=True)
+class WaterfallBar:
+    """One bar of the explanation's waterfall (:func:`waterfall_bars`)."""
+
+    label: str
+    """Plotly markup: escaped, with line breaks."""
+    measure: str
+    """``absolute`` (the baseline), ``relative`` (a step) or ``total`` (the winner)."""
+    value: float
+    interval: Interval | None
+    """The 95% interval of ``value`` (of the step for a relative bar); None without one."""
+    hover: str
+    """Plotly markup: escaped lines joined by ``<br>``."""
+
+
+def _explanation(
+    study: optuna.Study, importances: Mapping[str, float], winner: ConfigEstimate | None
+) -> str:
+    """What ``autotune explain`` measured (:class:`autotune.explain.Explanation`): the
+    waterfall from the baseline to the winner, the minimal winner beside the full one, and
+    the measured contributions beside Optuna's importances (which answer another question)."""
+    head = _section_open("explanation", "Explanation: what each change bought")
+    try:
+        e = load_explanation(study)
+    except StorageError as exc:
+        return head + _note(f"The stored explanation cannot be read: {exc}") + "</section>"
+    if e is None:
+        return head + _note(NO_EXPLANATION.format(study=study.study_name)) + "</section>"
+    parts = [head, _explanation_intro(e, study.study_name, winner)]
+    if not e.effects:
+        parts.append(_note(f"Trial #{e.winner} has the baseline's configuration: no change."))
+        return "\n".join(parts) + "</section>"
+    bars = waterfall_bars(e)
+    if bars is None:
+        parts.append(_note("The winner or the baseline has no measurement: no waterfall."))
+    else:
+        parts.append(_plot(waterfall_figure(bars, e), "plot-explain", height=_rows_height(bars)))
+        how = (
+            "each bar adds the changes named to the configuration above it (largest first), "
+            "as measured along the path from the baseline"
+            if e.path
+            else "each bar is what reverting that change alone from the winner costs "
+            "(leave-one-out, largest first; the path was not measured); the last one is "
+            "what the changes do together beyond each alone, and the ones not measured"
+        )
+        parts.append(
+            _note(
+                f"From the baseline's measured mean to the winner's ({e.unit}): {how}. "
+                "Whiskers: 95% intervals; hover a bar for its levers."
+            )
+        )
+    parts.append(_minimal(e, study.study_name))
+    parts.append(_contributions(e, importances))
+    return "\n".join(parts) + "</section>"
+
+
+def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate | None) -> str:
+    unit = e.unit
+    win, base = e.winner_measured, e.baseline_measured
+    text = (
+        f"<p>Trial <b>#{e.winner}</b>: {_e(_measured(win, unit))} against the baseline's "
+        f"{_e(_measured(base, unit))}"
+    )
+    if win.mean is not None and base.mean is not None:
+        text += f", a gain of <b>{_e(_signed(win.mean.value - base.mean.value, unit))}</b>"
+    noise = (
+        ""
+        if e.noise_sd is None
+        else f"; run-to-run noise {100 * e.noise_sd:.1f} % ({e.noise_df} degrees of freedom)"
+    )
+    text += (
+        f"{_e(noise)}. {e.runs} run(s), each from freshly started services, "
+        f"{len(e.effects)} change(s) from the baseline.</p>"
+    )
+    notes = []
+    if not e.complete:
+        why = e.stopped or "not finished"
+        if why == "in progress":  # stored after each decision; the process may be gone
+            why = "in progress, or interrupted"
+        notes.append(
+            f"This explanation is incomplete (stopped: {why}): what is shown is what was "
+            f"measured so far; `autotune explain --study {study_name}` resumes it."
+        )
+    if winner is not None and winner.trial.number != e.winner:
+        notes.append(
+            f"The study's winner is now trial #{winner.trial.number}: this explains trial "
+            f"#{e.winner}; `autotune explain --study {study_name}` explains the new one."
+        )
+    return text + "".join(_note(n) for n in notes)
+
+
+def waterfall_bars(e: Explanation) -> list[WaterfallBar] | None:
+    """The baseline's mean, one bar per measured path step (a step that has no measurement
+    yet, or failed, goes with the next one), then the winner's mean; without a path, the
+    leave-one-out contributions largest first and the remainder that ends at the winner
+    (contributions do not add up when changes interact). None without both means."""
+    base, win = e.baseline_measured.mean, e.winner_measured.mean
+    if base is None or win is None:
+        return None
+    effects = {x.change: x for x in e.effects}
+    unit = e.unit
+    bars = [
+        WaterfallBar(
+            "baseline",
+            "absolute",
+            base.value,
+            _bounded(base),
+            _lines(["the baseline", _measured(e.baseline_measured, unit)]),
+        )
+    ]
+    last = base.value
+    if e.path:
+        pending: list[str] = []
+        for step in e.path:
+            pending += step.added
+            m = step.measured.mean
+            if m is None:
+                continue
+            value = step.step.value if step.step is not None else m.value - last
+            lines = [
+                *_levers(pending, effects),
+                f"measured {_measured(step.measured, unit)}",
+                f"step {_interval(step.step, unit) if step.step else _signed(value, unit)}",
+            ]
+            if step.note:
+                lines.append(step.note)
+            if pending != step.added:
+                lines.append("with the changes of the steps before it, which have no measurement")
+            bars.append(
+                WaterfallBar(_label(pending), "relative", value, _bounded(step.step), _lines(lines))
+            )
+            last, pending = m.value, []
+        if pending or not math.isclose(last, win.value, rel_tol=1e-9, abs_tol=1e-9):
+            rest = ", ".join(pending) or "nothing"
+            bars.append(
+                WaterfallBar(
+                    _label(pending) if pending else "the rest",
+                    "relative",
+                    win.value - last,
+                    None,
+                    _lines([f"to the winner (not measured along the path: {rest})"]),
+                )
+            )
+    else:
+        measured = sorted(
+            (x for x in e.effects if x.contribution is not None),
+            key=lambda x: -(x.contribution.value if x.contribution else 0.0),
+        )
+        for x in measured:
+            assert x.contribution is not None
+            lines = [
+                *_levers([x.change], effects),
+                f"winner without it {_measured(x.without, unit)}",
+                f"contribution {_interval(x.contribution, unit)}",
+            ]
+            if x.note:
+                lines.append(x.note)
+            bars.append(
+                WaterfallBar(
+                    _label([x.change]),
+                    "relative",
+                    x.contribution.value,
+                    _bounded(x.contribution),
+                    _lines(lines),
+                )
+            )
+            last += x.contribution.value
+        missing = [
+            x.change + (" (required: without it the deployment fails)" if x.required else "")
+            for x in e.effects
+            if x.contribution is None
+        ]
+        lines = [
+            "the winner minus the baseline minus the contributions above:",
+            "what the changes do together beyond each alone",
+        ]
+        if missing:
+            lines.append("and the changes whose revert has no measurement:")
+            lines += [f"  {m}" for m in missing]
+        bars.append(
+            WaterfallBar(
+                "interactions and the rest", "relative", win.value - last, None, _lines(lines)
+            )
+        )
+    bars.append(
+        WaterfallBar(
+            f"winner (trial #{e.winner})",
+            "total",
+            win.value,
+            _bounded(win),
+            _lines([f"the winner, trial #{e.winner}", _measured(e.winner_measured, unit)]),
+        )
+    )
+    return bars
+
+
+def waterfall_figure(bars: Sequence[WaterfallBar], e: Explanation) -> go.Figure:
+    """A horizontal waterfall (the baseline on top); the bars' 95% intervals as whiskers at
+    each bar's end (a plotly waterfall draws no error bars) and each bar's figure right of
+    its whisker (bar text would sit on it)."""
+    fig = go.Figure(
+        go.Waterfall(
+            orientation="h",
+            name="measured",
+            y=[b.label for b in bars],
+            x=[b.value for b in bars],
+            measure=[b.measure for b in bars],
+            textinfo="none",
+            hovertext=[b.hover for b in bars],
+            hoverinfo="text",
+            connector={"line": {"color": "#999", "dash": "dot"}},
+            increasing={"marker": {"color": "#2ca02c"}},
+            decreasing={"marker": {"color": "#d62728"}},
+            totals={"marker": {"color": "#1f77b4"}},
+        )
+    )
+    ends: list[float] = []
+    rights: list[float] = []  # where a bar's drawing ends on the right: its figure goes there
+    lefts: list[float] = [0.0]
+    for b in bars:
+        start = ends[-1] if b.measure == "relative" and ends else 0.0
+        end = start + b.value if b.measure == "relative" else b.value
+        ends.append(end)
+        iv = b.interval
+        high = end + (iv.high or 0.0) - b.value if iv is not None else end
+        low = end - b.value + (iv.low or 0.0) if iv is not None else end
+        rights.append(max(start, end, high))
+        lefts += [start, end, low]
+    whiskers = [(i, b.interval) for i, b in enumerate(bars) if b.interval is not None]
+    if whiskers:
+        fig.add_trace(
+            go.Scatter(
+                x=[ends[i] for i, _ in whiskers],
+                y=[bars[i].label for i, _ in whiskers],
+                mode="markers",
+                name="95% interval",
+                marker={"color": "#555", "size": 3},
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [(iv.high or 0.0) - bars[i].value for i, iv in whiskers],
+                    "arrayminus": [bars[i].value - (iv.low or 0.0) for i, iv in whiskers],
+                    "color": "#555",
+                    "thickness": 1.2,
+                },
+                hoverinfo="skip",
+            )
+        )
+    for b, right in zip(bars, rights, strict=True):
+        fig.add_annotation(
+            x=right,
+            y=b.label,
+            text=_signed(b.value) if b.measure == "relative" else _num(b.value),
+            showarrow=False,
+            xanchor="left",
+            xshift=4,
+            font={"size": 11},
+        )
+    span = max(rights) - min(lefts)
+    fig.update_layout(
+        xaxis={
+            "title": f"{e.objective} ({e.unit})" if e.unit else e.objective,
+            "range": [min(lefts) - 0.02 * span, max(rights) + 0.12 * span],
+        },
+        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+        showlegend=False,
+    )
+    return fig
+
+
+def _minimal(e: Explanation, study_name: str) -> str:
+    """The full winner, the minimal one and the baseline side by side, then what was
+    dropped and every decision in the order taken."""
+    head = "<h3>The minimal winner beside the full one</h3>\n"
+    m = e.minimal
+    if m is None:
+        return head + _note(
+            "No minimal winner: its search is off (--no-minimal), or has not started (the "
+            "ablation comes first)."
+        )
+    unit, win, base = e.unit, e.winner_measured, e.baseline_measured
+    n = len(e.effects)
+    rows = [
+        [
+            _e(f"full winner (trial #{e.winner})"),
+            _e(f"all {n}"),
+            _e(_measured(win, unit)),
+            "1.00x",
+        ],
+        [
+            "<b>minimal winner</b>",
+            "<br>".join([_e(f"{len(m.kept)} of {n}:"), *(_e(k) for k in m.kept)]),
+            _e(_measured(m.measured, unit)),
+            _e(_times(m.ratio)),
+        ],
+        [
+            "baseline",
+            "none",
+            _e(_measured(base, unit)),
+            _e(_times(_ratio_of(base, win, e.noise_sd, e.noise_df))),
+        ],
+    ]
+    table = _table(
+        ["what", "changes", f"measured mean {unit} (95% CI)", "vs winner (95% interval)"],
+        rows,
+        numeric={3},
+    )
+    dropped = (
+        f"<p>Dropped ({len(m.dropped)}): "
+        + (", ".join(f"<b>{_e(d)}</b>" for d in m.dropped) or "none")
+        + "</p>"
+    )
+    rule = _note(
+        "Backward elimination, smallest contribution first: a change is dropped when the "
+        "configuration without it keeps its lower 95% bound within "
+        f"{100 * e.tolerance:g}% of the winner's (the bound `best` ranks by). "
+        f"`autotune best --study {study_name} --minimal` exports it."
+    )
+    if not m.complete:
+        rule += _note("The search did not finish: the changes not tried yet are kept.")
+    decisions = _table(
+        ["#", "action", "change", "why"],
+        [
+            [str(i), _e(d.action), _e(d.change), _e(d.why)]
+            for i, d in enumerate(m.decisions, start=1)
+        ],
+        numeric={0},
+    )
+    return head + table + dropped + rule + "<h4>Decisions, in the order taken</h4>" + decisions
+
+
+def _contributions(e: Explanation, importances: Mapping[str, float]) -> str:
+    """Each change's Optuna importance (summed over its levers) beside its measured
+    contribution, as a table and as two bars per change."""
+    head = "<h3>Importances next to measured contributions</h3>\n"
+    win, base = e.winner_measured.mean, e.baseline_measured.mean
+    gain = win.value - base.value if win is not None and base is not None else None
+    share_of = (lambda v: v / gain) if gain is not None and gain > 0 else None
+    ordered = sorted(
+        enumerate(e.effects),
+        key=lambda item: (
+            0 if item[1].required else (1 if item[1].contribution is not None else 2),
+            -(item[1].contribution.value if item[1].contribution else 0.0),
+            item[0],
+        ),
+    )
+    effects = [x for _, x in ordered]
+    shares = [_importance_share(x.levers, importances) for x in effects]
+    rows = []
+    for x, imp in zip(effects, shares, strict=True):
+        label = _e(x.change) + (" <b>(required)</b>" if x.required else "")
+        if x.note:
+            label += f"<br><i>{_e(x.note)}</i>"
+        c = x.contribution
+        share = "n/a"
+        if c is not None and share_of is not None:
+            share = _pct(share_of(c.value))
+            if c.low is not None and c.high is not None:
+                share += f" [{100 * share_of(c.low):.1f}, {100 * share_of(c.high):.1f}]"
+        rows.append(
+            [
+                label,
+                "<br>".join(_e(line.strip()) for line in _levers([x.change], {x.change: x})[1:]),
+                _pct(imp),
+                _e(_interval(c)) if c is not None else "n/a",
+                _e(share),
+                _e(_measured(x.without, e.unit)),
+            ]
+        )
+    table = _table(
+        [
+            "change",
+            "baseline -> winner",
+            "Optuna importance (share)",
+            f"measured contribution {e.unit} (95% interval)",
+            "share of the gain",
+            "winner without it",
+        ],
+        rows,
+        numeric={2, 3, 4},
+    )
+    fig = go.Figure()
+    labels = [_label([x.change]) for x in effects]
+    if importances:
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=shares,
+                orientation="h",
+                name="Optuna importance (share)",
+                marker={"color": "#9467bd"},
+                hovertext=[
+                    f"{_pe(x.change)}<br>importance {_pct(s)}"
+                    for x, s in zip(effects, shares, strict=True)
+                ],
+                hoverinfo="text",
+            )
+        )
+    if share_of is not None:
+        values = [share_of(x.contribution.value) if x.contribution else None for x in effects]
+
+        def whisker(high: bool) -> list[float]:
+            """How far the interval's bound lies from the bar's end, as a share."""
+            out = []
+            for x, v in zip(effects, values, strict=True):
+                c = x.contribution
+                edge = None if c is None else (c.high if high else c.low)
+                out.append(0.0 if v is None or edge is None else abs(share_of(edge) - v))
+            return out
+
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=values,
+                orientation="h",
+                name="measured contribution (share of the gain)",
+                marker={"color": "#ff7f0e"},
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": whisker(high=True),
+                    "arrayminus": whisker(high=False),
+                },
+                hovertext=[
+                    f"{_pe(x.change)}<br>contribution {_pe(_interval(x.contribution, e.unit))}"
+                    if x.contribution
+                    else f"{_pe(x.change)}<br>not measured"
+                    for x in effects
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        xaxis={"title": "share", "tickformat": ".0%"},
+        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+        legend={"orientation": "h", "y": 1.08},
+    )
+    total = sum(x.contribution.value for x in effects if x.contribution is not None)
+    added = (
+        f" (here they sum to {_pct(share_of(total))} of the gain)" if share_of is not None else ""
+    )
+    note = _note(
+        "Two estimates of different things. Optuna's importance (PED-ANOVA over the study's "
+        "feasible trials, summed over each change's levers) says how much of the variance "
+        "of the objective across the trials a parameter explains: a lever can matter across "
+        "the search (bad values sink trials) and cost nothing to revert at the winner. A "
+        "measured contribution is what reverting the change from the winner costs (the "
+        "winner minus the winner without it, both measured from freshly started "
+        "processes), as a share of the winner's gain over the baseline; contributions do "
+        f"not add up to the gain when changes interact{added}."
+    )
+    if not importances:
+        note += _note(
+            "No Optuna importances for this study (too few feasible trials, or they could "
+            "not be computed): only the measured contributions are drawn."
+        )
+    if share_of is None:
+        note += _note("The winner does not beat the baseline: no share of the gain to draw.")
+    plot = ""
+    if fig.data:
+        plot = _plot(fig, "plot-explain-importance", height=_rows_height(effects, per=44))
+    return head + table + plot + note
+
+
+def _importance_share(levers: Sequence[str], importances: Mapping[str, float]) -> float | None:
+    """A change's importance: its levers' summed (the levers that change together); None
+    when Optuna has no figure for any of them."""
+    known = [importances[lever] for lever in levers if lever in importances]
+    return sum(known) if known else None
+
+
+def _levers(names: Sequence[str], effects: Mapping[str, Effect]) -> list[str]:
+    """Hover lines: the changes named, then each lever's ``baseline -> winner``."""
+    lines = [" + ".join(names)]
+    for name in names:
+        x = effects.get(name)
+        if x is None:
+            continue
+        for lever in x.levers:
+            lines.append(f"  {lever}: {_shown(x.baseline, lever)} -> {_shown(x.winner, lever)}")
+    return lines
+
+
+def _shown(values: Mapping[str, object], lever: str) -> str:
+    return str(values[lever]) if lever in values else "(inactive)"
+
+
+def _label(names: Sequence[str], width: int = 36) -> str:
+    """An axis label: the levers escaped, broken into lines of about ``width`` characters
+    (a grouped change's name runs to 80, which would squeeze the plot)."""
+    parts = [part for name in names for part in name.split(" + ")]
+    lines: list[str] = []
+    line = ""
+    for part in parts:
+        if line and len(line) + 3 + len(part) > width:
+            lines.append(line + " +")
+            line = part
+        else:
+            line = f"{line} + {part}" if line else part
+    lines.append(line)
+    return "<br>".join(_pe(x) for x in lines)
+
+
+def _lines(lines: Sequence[str]) -> str:
+    return "<br>".join(_pe(line) for line in lines)
+
+
+def _rows_height(rows: Sequence[object], per: int = 34) -> int:
+    return max(460, 140 + per * len(rows))
+
+
+def _bounded(x: Interval | Measured | None) -> Interval | None:
+    """The interval when it has bounds (a mean's, for a measurement)."""
+    iv = x.mean if isinstance(x, Measured) else x
+    return iv if iv is not None and iv.low is not None and iv.high is not None else None
+
+
+def _measured(m: Measured, unit: str) -> str:
+    """``338.3 +- 11.9 tok/s (n=3)``, or why there is no mean."""
+    if m.mean is None:
+        return f"failed: {m.failure}" if m.failure else "not measured"
+    half = "" if m.mean.high is None else f" ± {_num(m.mean.high - m.mean.value)}"
+    slo = f", {m.infeasible} broke an SLO" if m.infeasible else ""
+    unit = f" {unit}" if unit else ""
+    return f"{_num(m.mean.value)}{half}{unit} (n={m.n}{slo})"
+
+
+def _signed(value: float, unit: str = "") -> str:
+    return f"{value:+,.1f} {unit}".rstrip()
+
+
+def _interval(x: Interval | None, unit: str = "") -> str:
+    """``+9.6 [-9.0, +28.1] tok/s``."""
+    if x is None:
+        return "n/a"
+    text = f"{x.value:+,.1f}"
+    if x.low is not None and x.high is not None:
+        text += f" [{x.low:+,.1f}, {x.high:+,.1f}]"
+    return f"{text} {unit}".rstrip()
+
+
+def _times(x: Interval | None) -> str:
+    """A ratio: ``0.974x [0.927, 1.024]``."""
+    if x is None:
+        return "n/a"
+    text = f"{x.value:.3f}x"
+    if x.low is not None and x.high is not None:
+        text += f" [{x.low:.3f}, {x.high:.3f}]"
+    return text
+
+
+def _ratio_of(a: Measured, b: Measured, sd: float | None, df: int) -> Interval | None:
+    """mean(a) / mean(b) with its 95% interval, as the minimal winner's ratio is computed
+    (log scale, relative noise ``sd``; :meth:`autotune.explain.Planner.ratio`)."""
+    if a.mean is None or b.mean is None or b.mean.value <= 0 or not a.n or not b.n:
+        return None
+    r = a.mean.value / b.mean.value
+    if sd is None or df < 1:
+        return Interval(value=r)
+    half = t_quantile(0.95, df) * sd * math.sqrt(1.0 / a.n + 1.0 / b.n)
+    return Interval(value=r, low=r * math.exp(-half), high=r * math.exp(half))
 
 
 def _time_breakdown(results: list[TrialResult], remeasured: Sequence[Measurement] = ()) -> str:
@@ -976,10 +1569,12 @@ def _hover(r: TrialResult, unit: str = "tok/s") -> str:
     return "<br>".join(_e(line) for line in lines)
 
 
-def _plot(fig: go.Figure, div_id: str) -> str:
+def _plot(fig: go.Figure, div_id: str, *, height: int | None = None) -> str:
+    """``height``: pixels, for a plot with one row per item (the default fits the rest)."""
     fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 30, "b": 50})
     inner = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOT_CONFIG)
-    return f'<div class="plot">{inner}</div>'
+    style = f' style="height:{height}px"' if height else ""
+    return f'<div class="plot"{style}>{inner}</div>'
 
 
 def _section_open(anchor: str, title: str) -> str:
@@ -1012,6 +1607,13 @@ def _note(text: str) -> str:
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _pe(text: object) -> str:
+    """Escaped for plotly's text (labels, hovers): ``&``, ``<``, ``>`` only. Plotly decodes
+    these, but not ``&quot;`` or ``&#x27;``, which it would show as such; the figure's JSON
+    needs no more (plotly escapes ``<`` and ``/`` there)."""
+    return html.escape(str(text), quote=False)
 
 
 def _num(value: float | None, digits: int = 1) -> str:

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,24 @@ from conftest_results import (
     typical_specs,
 )
 
-from autotune.report import deployment_gpus, nondominated, write_report
+from autotune.explain import (
+    Effect,
+    Explanation,
+    Interval,
+    Measured,
+    Minimal,
+    PathStep,
+)
+from autotune.explain.record import RESULT_ATTR, Decision
+from autotune.report import (
+    deployment_gpus,
+    nondominated,
+    param_importances,
+    waterfall_bars,
+    waterfall_figure,
+    write_report,
+)
+from autotune.results import best_estimate
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -34,6 +52,7 @@ SECTIONS = [
     "frontier",
     "history",
     "importance",
+    "explanation",
     "noise",
     "time",
     "failures",
@@ -149,6 +168,9 @@ def test_sections_for_study_sizes(
     assert page.tags.get("link", 0) == 0
     for section in ("curves", "frontier"):  # no trial here records a curve
         assert "No trial recorded a latency-throughput curve" in page.sections[section]
+    assert "No explanation yet: `autotune explain --study autotune-test`" in " ".join(
+        page.sections["explanation"].split()
+    )
     if n == 0:
         assert "No feasible trial" in page.sections["summary"]
         assert "No feasible trial" in page.sections["top"]
@@ -635,9 +657,10 @@ def test_nondominated_keeps_the_points_nothing_beats_on_both_axes() -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path: Path) -> None:
-    """Both new plots draw in a real browser and no script on the page throws; a control
-    page with a planted error shows the error catcher works."""
+    """The curve plots and the explanation's draw in a real browser and no script on the
+    page throws; a control page with a planted error shows the error catcher works."""
     study = curves_study(tmp_path / "s", deployment="sim-dsv4-flash-pd")
+    explained(study, moe="<b>bold</b>" + PLANTED)
     html = write_report(study, path=tmp_path / "report.html").read_text(encoding="utf-8")
     catcher = (
         "<script>function atErr(m){document.documentElement.setAttribute('data-js-error',"
@@ -681,3 +704,316 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
         assert block.count('class="point"') >= 10  # markers drawn
     curves = out[starts[0] : out.find('id="plot-', starts[0] + 10)]
     assert curves.count('class="xy"') + curves.count('class="x2y2"') >= 2  # both subplots
+    # The explanation: 6 waterfall bars (baseline, 4 steps, winner), their whiskers and
+    # figures; then a bar per change and estimate.
+    for plot_id, points in (("plot-explain", 12), ("plot-explain-importance", 3)):
+        start = out.index(f'id="{plot_id}"')
+        end = out.find('id="plot-', start + 10)
+        block = out[start : end if end > 0 else len(out)]
+        assert "js-plotly-plot" in block[:300], plot_id
+        assert 'class="main-svg"' in block and 'class="trace bars"' in block, plot_id
+        assert block.count('class="point"') >= points, plot_id
+    waterfall = out[out.index('id="plot-explain"') : out.index('id="plot-explain-importance"')]
+    assert waterfall.count('class="annotation"') == 6 and waterfall.count('class="ytick"') == 6
+    assert '<i id="pwned"' not in out
+    # Plotly draws the change's name as it is: text, no markup, no entity left undecoded.
+    tick = re.search(r'<g class="ytick"><text[^>]*>([^<]*bold[^<]*)</text>', waterfall)
+    assert tick is not None and unescape(tick.group(1)) == "<b>bold</b>" + PLANTED
+
+
+# --- the explanation section (what `autotune explain` stored) ------------------------------
+
+MOE = "moe_runner_backend"
+OOM = "cuda_oom: CUDA out of memory while capturing graphs"
+
+
+def measured(key: str, mean: float, half: float | None, n: int = 3) -> Measured:
+    values = [mean + d for d in (-1.0, 1.0, 0.0)[:n]]
+    return Measured(
+        key=key,
+        n=n,
+        values=values,
+        mean=Interval(
+            value=mean,
+            low=None if half is None else mean - half,
+            high=None if half is None else mean + half,
+        ),
+    )
+
+
+def iv(value: float, low: float, high: float) -> Interval:
+    return Interval(value=value, low=low, high=high)
+
+
+def effect(
+    change: str,
+    levers: dict[str, tuple[Any, Any]],
+    without: Measured,
+    contribution: Interval | None,
+    **extra: Any,
+) -> Effect:
+    return Effect(
+        change=change,
+        levers=list(levers),
+        baseline={k: b for k, (b, _) in levers.items()},
+        winner={k: w for k, (_, w) in levers.items()},
+        reverted=[change],
+        without=without,
+        contribution=contribution,
+        relative=None if contribution is None else contribution.value / 1000.0,
+        **extra,
+    )
+
+
+def an_explanation(winner: int, *, moe: str = MOE) -> Explanation:
+    """Four changes from a baseline at 400 to a winner at 1000: cuda_graph is required (the
+    winner without it runs out of memory), ``moe`` bought 400, mem_fraction_static 100 and
+    nccl_proto (reverted with a partner: alone is forbidden) 10; the path adds them in that
+    order; the minimal winner drops nccl_proto."""
+    effects = [
+        effect(
+            "cuda_graph",
+            {"cuda_graph": (True, False)},
+            Measured(key="k-cg", failure=OOM),
+            None,
+            required=True,
+        ),
+        effect(
+            moe, {MOE: ("marlin", "cutlass")}, measured("k-moe", 600.0, 25.0, 2), iv(400, 360, 440)
+        ),
+        effect(
+            "mem_fraction_static",
+            {"mem_fraction_static": (0.88, 0.93)},
+            measured("k-mem", 900.0, 27.0, 2),
+            iv(100, 40, 160),
+        ),
+        effect(
+            "nccl_proto",
+            {"nccl_proto": ("unset", "LL")},
+            measured("k-nccl", 990.0, 28.0, 2),
+            iv(10, -50, 70),
+            note="reverting nccl_proto alone is refused (forbidden combination); reverted "
+            "together with mem_fraction_static",
+        ),
+    ]
+    win = measured("k-win", 1000.0, 30.0)
+    path = [
+        PathStep(added=["cuda_graph"], measured=measured("p1", 380.0, 19.0), step=iv(-20, -47, 7)),
+        PathStep(added=[moe], measured=measured("p2", 760.0, 30.0), step=iv(380, 340, 420)),
+        PathStep(
+            added=["mem_fraction_static"],
+            measured=measured("p3", 980.0, 30.0),
+            step=iv(220, 180, 260),
+        ),
+        PathStep(added=["nccl_proto"], measured=win, step=iv(20, -20, 60)),
+    ]
+    decisions = [
+        Decision(
+            change="nccl_proto",
+            action="dropped",
+            why="without it 985.0 (n=3, lower bound 956.0), within 3% of the winner's lower "
+            "bound 970.0",
+        ),
+        Decision(
+            change="mem_fraction_static",
+            action="kept",
+            why="without it 890.0 (n=3), below 97% of the winner's lower bound 970.0",
+        ),
+        Decision(change=moe, action="kept", why="without it 590.0 (n=2), below 97%"),
+        Decision(change="cuda_graph", action="kept", why=f"the winner without it fails ({OOM})"),
+    ]
+    kept = ["cuda_graph", moe, "mem_fraction_static"]
+    return Explanation(
+        winner=winner,
+        unit="tok/s",
+        objective="output throughput",
+        tolerance=0.03,
+        winner_config={**BASELINE_PARAMS, MOE: "cutlass", "cuda_graph": False},
+        baseline_config=dict(BASELINE_PARAMS),
+        winner_measured=win,
+        baseline_measured=measured("k-base", 400.0, 20.0, 2),
+        noise_sd=0.02,
+        noise_df=20,
+        effects=effects,
+        path=path,
+        minimal=Minimal(
+            kept=kept,
+            dropped=["nccl_proto"],
+            config={**BASELINE_PARAMS, MOE: "cutlass", "cuda_graph": False},
+            measured=measured("k-min", 985.0, 29.0),
+            ratio=iv(0.985, 0.95, 1.02),
+            decisions=decisions,
+            complete=True,
+        ),
+        runs=26,
+        complete=True,
+    )
+
+
+def explained(study: optuna.Study, **kwargs: Any) -> Explanation:
+    """Store an explanation of the study's winner, as `autotune explain` does."""
+    estimate = best_estimate(study)
+    assert estimate is not None
+    expl = an_explanation(estimate.trial.number, **kwargs)
+    study.set_user_attr(RESULT_ATTR, expl.model_dump(mode="json"))
+    return expl
+
+
+def section_html(raw: str, anchor: str) -> str:
+    start = raw.index(f'<section id="{anchor}">')
+    return raw[start : raw.index("</section>", start)]
+
+
+def section_text(raw: str, anchor: str) -> str:
+    """The section's text with every tag a space (table cells stay apart), scripts left out."""
+    body = re.sub(r"<script.*?</script>", " ", section_html(raw, anchor), flags=re.S)
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", body)).split())
+
+
+def test_the_explanation_section(tmp_path: Path) -> None:
+    study = make_study(tmp_path, typical_specs(20))
+    expl = explained(study)
+    path = write_report(study, path=tmp_path / "r.html")
+    raw, page = path.read_text(encoding="utf-8"), parse(path)
+    assert list(page.sections) == SECTIONS
+    assert "plot-explain" in page.ids and "plot-explain-importance" in page.ids
+    text = section_text(raw, "explanation")
+    winner = expl.winner
+    assert f"Trial #{winner} : 1,000.0 ± 30.0 tok/s (n=3) against the baseline's 400.0" in text
+    assert "a gain of +600.0 tok/s" in text and "incomplete" not in text
+
+    # The waterfall: the baseline, one bar per path step, the winner; the steps add up.
+    data, layout = figure(raw, "plot-explain")
+    fall = data[0]
+    assert fall["type"] == "waterfall" and fall["orientation"] == "h"
+    assert fall["y"] == [
+        "baseline",
+        "cuda_graph",
+        MOE,
+        "mem_fraction_static",
+        "nccl_proto",
+        f"winner (trial #{winner})",
+    ]
+    assert fall["measure"] == ["absolute"] + ["relative"] * 4 + ["total"]
+    assert fall["x"] == [400.0, -20.0, 380.0, 220.0, 20.0, 1000.0]
+    assert fall["x"][0] + sum(fall["x"][1:-1]) == pytest.approx(fall["x"][-1])
+    assert "moe_runner_backend: marlin -&gt; cutlass" in fall["hovertext"][2]
+    assert "step +380.0 [+340.0, +420.0] tok/s" in fall["hovertext"][2]
+    whiskers = data[1]  # each interval at its bar's end: the step's, centred on the new total
+    assert whiskers["x"] == [400.0, 380.0, 760.0, 980.0, 1000.0, 1000.0]
+    assert whiskers["error_x"]["array"] == pytest.approx([20.0, 27.0, 40.0, 40.0, 40.0, 30.0])
+    assert layout["xaxis"]["title"]["text"] == "output throughput (tok/s)"
+    assert layout["yaxis"]["autorange"] == "reversed"  # the baseline on top
+
+    # The minimal winner beside the full one, what was dropped, each decision.
+    assert "full winner (trial #" in text and "all 4" in text
+    assert "minimal winner 3 of 4: cuda_graph moe_runner_backend mem_fraction_static 985.0" in text
+    assert "985.0 ± 29.0 tok/s (n=3) 0.985x [0.950, 1.020]" in text
+    assert "Dropped (1): nccl_proto" in text
+    assert "1 dropped nccl_proto without it 985.0" in text
+    assert f"4 kept cuda_graph the winner without it fails ({OOM})" in text
+    assert "autotune best --study autotune-test --minimal" in text
+
+    # Importances next to contributions: one table row per change, two bar series.
+    html_ = section_html(raw, "explanation")
+    table = html_[html_.index("<h3>Importances") :]
+    body = table[table.index("<tbody>") : table.index("</tbody>")]
+    assert body.count("<tr>") == len(expl.effects) == 4
+    importances = param_importances(study)
+    assert importances, "the study must have importances for this test"
+    data, _ = figure(raw, "plot-explain-importance")
+    assert [t["name"] for t in data] == [
+        "Optuna importance (share)",
+        "measured contribution (share of the gain)",
+    ]
+    # Required first, then by contribution; the gain is 600.
+    assert data[0]["y"] == ["cuda_graph", MOE, "mem_fraction_static", "nccl_proto"]
+    assert data[0]["x"] == pytest.approx(
+        [importances.get(n, 0.0) for n in ("cuda_graph", MOE, "mem_fraction_static", "nccl_proto")]
+    )
+    assert data[1]["x"][0] is None  # required: no contribution to draw
+    assert data[1]["x"][1:] == pytest.approx([400 / 600, 100 / 600, 10 / 600])
+    assert "cuda_graph (required)" in text and "failed: " + OOM in text
+    assert "+400.0 [+360.0, +440.0]" in text and "66.7 % [60.0, 73.3]" in text
+    assert "reverted together with mem_fraction_static" in text  # the note
+    assert "Two estimates of different things" in text
+    assert "freshly started processes" in text
+
+
+def test_an_incomplete_explanation_and_a_new_winner_say_so(tmp_path: Path) -> None:
+    study = make_study(tmp_path, typical_specs(3))
+    expl = explained(study).model_copy(
+        update={
+            "winner": 99,
+            "complete": False,
+            "stopped": "the budget of 20 restarts is spent",
+            "path": [],
+            "minimal": None,
+        }
+    )
+    study.set_user_attr(RESULT_ATTR, expl.model_dump(mode="json"))
+    raw = write_report(study, path=tmp_path / "r.html").read_text(encoding="utf-8")
+    text = section_text(raw, "explanation")
+    assert "incomplete (stopped: the budget of 20 restarts is spent)" in text
+    assert "`autotune explain --study autotune-test` resumes it" in text
+    assert "this explains trial #99" in text
+    assert "No minimal winner" in text
+    assert "No Optuna importances for this study" in text  # 3 trials: too few
+    data, _ = figure(raw, "plot-explain")
+    assert "interactions and the rest" in data[0]["y"]  # no path: the contributions instead
+    data, _ = figure(raw, "plot-explain-importance")
+    assert [t["name"] for t in data] == ["measured contribution (share of the gain)"]
+
+
+def test_the_waterfall_without_a_path_adds_the_contributions_and_the_rest() -> None:
+    expl = an_explanation(7).model_copy(update={"path": []})
+    bars = waterfall_bars(expl)
+    assert bars is not None
+    assert [b.label for b in bars] == [
+        "baseline",
+        MOE,
+        "mem_fraction_static",
+        "nccl_proto",
+        "interactions and the rest",
+        "winner (trial #7)",
+    ]
+    # Largest first; the rest closes the gap to the winner: 1000 - 400 - (400 + 100 + 10).
+    assert [b.value for b in bars] == [400.0, 400.0, 100.0, 10.0, 90.0, 1000.0]
+    assert sum(b.value for b in bars[:-1]) == pytest.approx(bars[-1].value)
+    assert "cuda_graph (required: without it the deployment fails)" in bars[4].hover
+    fig = waterfall_figure(bars, expl)
+    assert list(fig.data[0].measure) == ["absolute"] + ["relative"] * 4 + ["total"]
+
+
+def test_a_path_step_without_a_measurement_goes_with_the_next() -> None:
+    expl = an_explanation(7)
+    path = list(expl.path)
+    path[1] = path[1].model_copy(update={"measured": Measured(key="p2"), "step": None})
+    path[2] = path[2].model_copy(update={"step": None})  # its predecessor has no mean
+    bars = waterfall_bars(expl.model_copy(update={"path": path}))
+    assert bars is not None
+    # Axis labels break long lines.
+    assert [b.label for b in bars][1:3] == ["cuda_graph", f"{MOE} +<br>mem_fraction_static"]
+    assert [b.value for b in bars] == [400.0, -20.0, 600.0, 20.0, 1000.0]
+    assert bars[2].interval is None and "no measurement" in bars[2].hover
+    # No baseline measurement: nothing to start from.
+    broken = expl.model_copy(update={"baseline_measured": Measured(key="b", failure="exited")})
+    assert waterfall_bars(broken) is None
+
+
+def test_explanation_names_are_escaped(tmp_path: Path) -> None:
+    evil = "<b>bold</b>" + PLANTED
+    study = make_study(tmp_path, typical_specs(3))
+    explained(study, moe=evil)
+    path = write_report(study, path=tmp_path / "r.html")
+    raw, page = path.read_text(encoding="utf-8"), parse(path)
+    html_ = section_html(raw, "explanation")
+    assert "<b>bold" not in html_ and '<i id="pwned">' not in raw
+    assert '<script>alert("pwned")' not in raw
+    assert "pwned" not in page.ids
+    text = page.sections["explanation"]
+    assert evil in text  # shown literally, as text, in the tables
+    data, _ = figure(raw, "plot-explain")
+    label = data[0]["y"][2]
+    assert label.startswith("&lt;b&gt;bold&lt;/b&gt;&lt;script&gt;") and "<" not in label
+    assert "&lt;b&gt;bold" in data[0]["hovertext"][2]

@@ -231,7 +231,8 @@ def report(
     storage: str | None = StorageOpt,
     out: Path | None = typer.Option(None, "--out", help="HTML file (default reports/NAME.html)."),
 ) -> None:
-    """Write one self-contained HTML report (Pareto front, history, importances, top 10)."""
+    """Write one self-contained HTML report (Pareto front, history, importances, the
+    explanation `autotune explain` stored, top 10)."""
     from autotune.report import write_report
 
     check_study(study)
