@@ -176,6 +176,27 @@ def test_a_derived_value_in_a_condition_is_expanded_to_its_sampled_sources(
     assert variant.config == {"other": True, "scale": 1, "width": 2}
 
 
+def test_a_derived_value_active_under_its_own_condition_groups_that_condition_too(
+    tmp_path: Path,
+) -> None:
+    # `depth` is derived from `x`, but exists only when `deep`: a lever whose condition
+    # reads `depth` depends on `deep` as well (x is the same on both sides here)
+    space = make_space(
+        tmp_path,
+        {
+            "x": env_lever("x", type="int", low=1, high=4),
+            "deep": env_lever("deep", type="bool"),
+            "depth": {"derived": "x", "when": "deep"},
+            "tune": env_lever("tune", type="bool", when="depth > 0"),
+        },
+        baseline={"x": 1, "deep": False},
+    )
+    cs = _changes(space, {"x": 1, "deep": True, "tune": True})
+    assert cs.names == ("deep + tune",)
+    variant, _, _ = cs.revert_alone("deep + tune")
+    assert variant.key == space.config_key(space.baseline_config())  # not the winner again
+
+
 def test_a_chain_of_conditions_is_one_change(tmp_path: Path) -> None:
     space = make_space(
         tmp_path,
