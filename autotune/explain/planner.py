@@ -24,7 +24,8 @@ Three phases, in order:
    Where the ratio's 95% interval straddles ``1 - tolerance`` the candidate (and the
    winner, to stay balanced) get more runs, up to ``max_repeats``, before deciding. A
    candidate that fails, breaks an SLO in most runs or is refused by the space keeps the
-   change. Each decision is frozen in the state when taken.
+   change; a winner that fails from fresh services has no minimal winner (there is nothing
+   to stay within). Each decision is frozen in the state when taken.
 """
 
 from __future__ import annotations
@@ -247,6 +248,11 @@ class Planner:
         todo = [n for n in self.elimination_order(state) if n not in decided]
         if not todo:
             return Finished("done")
+        w = self._stats(runs, self.winner.key)
+        if w.dead:  # nothing to stay within: every removal would pass against a bound of 0
+            return Finished(
+                f"the winner fails from fresh services ({w.failure}): no minimal winner"
+            )
         name = todo[0]
         kept = self.kept(state)
         candidate = self.changes.variant(n for n in kept if n != name)
@@ -270,7 +276,6 @@ class Planner:
             return decide("kept", f"without it the deployment fails ({c.failure})")
         if c.breaks_slo:
             return decide("kept", f"without it {c.infeasible} of {c.n} runs break an SLO")
-        w = self._stats(runs, self.winner.key)
         sd, df = self.noise(runs)
         ratio = self.ratio(c, w, sd, df)
         target = 1.0 - s.tolerance

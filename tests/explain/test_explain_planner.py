@@ -167,6 +167,23 @@ def test_a_change_that_cannot_be_reverted_is_last_and_not_measured_alone(
     assert len(result.runs) == 4 + 1  # winner, baseline, two reverts, one more candidate
 
 
+def test_a_winner_that_fails_from_fresh_services_drops_nothing(tmp_path: Path) -> None:
+    space = bool_levers(tmp_path, ["fast", "noop"])
+
+    def truth(c: Config) -> float | None:
+        return None if c["fast"] and c["noop"] else 100.0 * (2.0 if c["fast"] else 1.0)
+
+    planner = planner_for(space, {"fast": True, "noop": True})
+    result = replay(planner, truth, seed=0)
+    assert result.finished is not None and result.finished.startswith("the winner fails")
+    assert planner.winner.key is not None
+    assert [r.failure for r in result.runs[planner.winner.key]] == ["oom"]
+    e = explain(planner, result)
+    assert e.minimal is not None and e.minimal.dropped == [] and not e.minimal.complete
+    assert not e.complete
+    assert all(x.contribution is None for x in e.effects)
+
+
 # --------------------------------------------------------------------------- the order
 
 
