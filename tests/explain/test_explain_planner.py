@@ -164,7 +164,13 @@ def test_a_change_that_cannot_be_reverted_is_last_and_not_measured_alone(
     core = next(x for x in e.effects if x.change == "core")
     assert core.contribution is None and core.without.key is None and not core.required
     assert core.note is not None and core.note.startswith("cannot be reverted")
-    assert len(result.runs) == 4 + 1  # winner, baseline, two reverts, one more candidate
+    assert e.minimal is not None and e.minimal.dropped == ["right"]  # right does nothing
+    kept = next(d for d in e.minimal.decisions if d.change == "core")
+    assert kept.action == "kept" and "refused" in kept.why and kept.key is None
+    # measured: the winner, the baseline, the two reverts and, once right is dropped, the
+    # candidate without left (core alone); the path's steps are all refused (no core)
+    assert len(result.runs) == 4 + 1
+    assert e.path and e.path[0].added == result.state.order
 
 
 def test_a_winner_that_fails_from_fresh_services_drops_nothing(tmp_path: Path) -> None:
