@@ -71,6 +71,8 @@ def explain(
     fewest changes whose lower bound stays within the tolerance of the winner's (`best
     --minimal` exports it). Stopped, the same command resumes; settings come from the study
     file's explain: section, overridden by these options."""
+    from pydantic import ValidationError
+
     from autotune.explain import ExplainSettings, load_explanation
     from autotune.study.definition import load_study_definition
     from autotune.study.progress import make_progress
@@ -103,10 +105,12 @@ def explain(
         merged["max_repeats"] = max(repeats, ExplainSettings.model_fields["max_repeats"].default)
     try:
         settings = ExplainSettings.model_validate(merged)
-    except ValueError as exc:
+    except ValidationError as exc:
         from autotune.errors import ConfigError
+        from autotune.yamlio import validation_error_to_config_error
 
-        raise ConfigError(str(exc).splitlines()[-1].strip(), field="--max-repeats") from None
+        err = validation_error_to_config_error(exc, file=None, model=ExplainSettings)
+        raise ConfigError(err.message, field="--max-repeats") from None
     open_existing(study, storage)  # the study must exist: explain never creates one
     url = storage_url(study, storage)
     progress = make_progress(quiet=quiet)

@@ -182,7 +182,9 @@ def _group(
         return name
 
     def sources(names: Iterable[str], seen: frozenset[str] = frozenset()) -> set[str]:
-        """The sampled levers behind ``names`` (derived values expanded)."""
+        """The sampled levers behind ``names`` (derived values expanded: what they are
+        computed from and what their own ``when`` reads, since either decides whether they
+        exist)."""
         out: set[str] = set()
         for name in names:
             if name in seen:
@@ -194,7 +196,8 @@ def _group(
             if param.sampled:
                 out.add(name)
             elif param.derived is not None:
-                out |= sources(param.derived.names, seen | {name})
+                behind = param.derived.names | (param.when.names if param.when else frozenset())
+                out |= sources(behind, seen | {name})
         return out
 
     why: dict[str, str] = {}

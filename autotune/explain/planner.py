@@ -24,7 +24,8 @@ Three phases, in order:
    Where the ratio's 95% interval straddles ``1 - tolerance`` the candidate (and the
    winner, to stay balanced) get more runs, up to ``max_repeats``, before deciding. A
    candidate that fails, breaks an SLO in most runs or is refused by the space keeps the
-   change. A change whose revert alone (measured by the ablation) is below
+   change; a winner that fails from fresh services has no minimal winner (there is nothing
+   to stay within). A change whose revert alone (measured by the ablation) is below
    ``1 - tolerance`` of the winner with confidence is kept without measuring again: each
    restart costs minutes on hardware, and the changes dropped before it were each within
    the tolerance. Each decision is frozen in the state when taken.
@@ -250,6 +251,11 @@ class Planner:
         todo = [n for n in self.elimination_order(state) if n not in decided]
         if not todo:
             return Finished("done")
+        w = self._stats(runs, self.winner.key)
+        if w.dead:  # nothing to stay within: every removal would pass against a bound of 0
+            return Finished(
+                f"the winner fails from fresh services ({w.failure}): no minimal winner"
+            )
         name = todo[0]
         kept = self.kept(state)
         candidate = self.changes.variant(n for n in kept if n != name)
@@ -266,7 +272,6 @@ class Planner:
         alone = self._stats(runs, self.reverts[name][0].key)
         if alone.dead:  # not worth a restart: the winner without it did not even start
             return decide("kept", f"the winner without it fails ({alone.failure})")
-        w = self._stats(runs, self.winner.key)
         sd, df = self.noise(runs)
         target = 1.0 - s.tolerance
         if candidate.key != self.reverts[name][0].key:
