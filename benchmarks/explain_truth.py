@@ -109,6 +109,14 @@ def compare(url: str, name: str) -> dict[str, Any]:
             if est is None or true_delta is None
             else (est.value > 0) == (true_delta > 0) or not resolvable
         )
+        if effect.required and est is None:
+            # Explain found the configuration without it failing; the model agrees when it
+            # cannot serve it either (a start-up failure, wrong text: true throughput None).
+            fails_too = (
+                variant.config is not None and true_throughput(space, variant.config, load) is None
+            )
+            covered = covered_scaled = sign_right = fails_too
+            resolvable = True
         rows.append(
             {
                 "change": effect.change,
@@ -168,6 +176,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["rows"]:
         est = f"{_f(r['estimate'])} [{_f(r['low'])}, {_f(r['high'])}]"
+        if r["required"] and r["estimate"] is None:
+            est = "required (fails without it)"
         out.append(
             f"| {r['change']}{' (with ' + r['reverted'][1] + ')' if len(r['reverted']) > 1 else ''}"
             f" | {_f(r['true'])} | {_f(r['true_scaled'])} | {est} | "

@@ -11,8 +11,9 @@ Three phases, in order:
    (:meth:`ChangeSet.revert_alone`), ``repeats`` runs each, round by round. A change's
    contribution is the winner's mean minus the mean without it, with a 95% interval from
    the run-to-run noise pooled over every configuration measured (relative, as in
-   ``best``). A configuration that fails to start is not run again (it is deterministic
-   enough: the change is *required*). Then the changes are ordered by contribution (the
+   ``best``). A configuration that fails in a way that belongs to it (out of memory, wrong
+   output, rejected arguments: :data:`DETERMINISTIC_FAILURES`) is not run again, and the
+   change is *required*; any other failure (a process killed, a timeout) is retried once. Then the changes are ordered by contribution (the
    required ones first) and the order is frozen in the state.
 2. **Path** (``path: true``): the baseline plus the largest change, plus the next ... up to
    the winner, ``repeats`` runs each; a step the space refuses (a forbidden combination)
@@ -50,6 +51,7 @@ from autotune.explain.record import (
     PathStep,
 )
 from autotune.explain.settings import ExplainSettings
+from autotune.failures import Failure
 from autotune.results import conservative, half_width, noise_level, t_quantile
 
 Runs = Mapping[str, Sequence[ExplainRun]]
@@ -82,6 +84,25 @@ class Finished:
 Step = Measure | Decide | Finished
 
 
+DETERMINISTIC_FAILURES = frozenset(
+    f.value
+    for f in (
+        Failure.cuda_oom,
+        Failure.nccl_error,
+        Failure.cuda_error,
+        Failure.config_rejected,
+        Failure.model_path_missing,
+        Failure.compile_timeout,
+        Failure.wrong_output,
+        Failure.forbidden,
+    )
+)
+"""Failures that belong to the configuration (it fails the same way every time); any other
+(a process killed, a timeout, a port taken, a host gone) is tried again once."""
+TRANSIENT_TRIES = 2
+"""Failures of another class after which a configuration is not run again."""
+
+
 @dataclass(frozen=True)
 class _Stats:
     """One configuration's runs: what was measured, what failed."""
@@ -89,17 +110,23 @@ class _Stats:
     values: tuple[float, ...]
     attempts: int
     failure: str | None
+    """Why it is not run again (None while it may be)."""
     infeasible: int
 
     @classmethod
     def of(cls, runs: Sequence[ExplainRun]) -> _Stats:
         failed = [r for r in runs if r.value is None]
+        final = [r for r in failed if r.failure in DETERMINISTIC_FAILURES]
+        if not final and len(failed) >= TRANSIENT_TRIES:
+            final = failed
         failure = None
-        if failed:
-            first = failed[0]
+        if final:
+            first = final[0]
             failure = first.failure or "failed"
             if first.reason:
                 failure = f"{failure}: {first.reason}"
+            if len(failed) > 1:
+                failure += f" ({len(failed)} of {len(runs)} runs failed)"
         return cls(
             values=tuple(v for r in runs if (v := r.value) is not None),
             attempts=len(runs),
@@ -168,7 +195,7 @@ class Planner:
                 if v.key is None:
                     continue
                 s = self._stats(runs, v.key)
-                if not s.dead and s.attempts <= r:
+                if not s.dead and s.n <= r:
                     return v
         return None
 
@@ -291,7 +318,7 @@ class Planner:
                     "measured again",
                 )
         c = self._stats(runs, candidate.key)
-        if not c.dead and c.attempts < s.repeats:
+        if not c.dead and c.n < s.repeats:
             return self._measure(candidate, "minimal", runs)
         if c.dead:
             return decide("kept", f"without it the deployment fails ({c.failure})")
@@ -300,8 +327,8 @@ class Planner:
         ratio = self.ratio(c, w, sd, df)
         if ratio is not None and ratio.low is not None and ratio.high is not None:
             close = ratio.low < target < ratio.high
-            if close and c.attempts < s.max_repeats:
-                if w.n <= c.n and w.attempts < 2 * s.max_repeats:
+            if close and c.n < s.max_repeats:
+                if w.n <= c.n and w.n < 2 * s.max_repeats:
                     return self._measure(self.winner, "minimal", runs)
                 return self._measure(candidate, "minimal", runs)
         low_c = conservative(c.mean, half_width(c.mean, c.n, sd, df))

@@ -58,7 +58,7 @@ def measure(truth: Truth, step: Measure, index: int, *, seed: int, noise: float)
             key=step.key,
             index=index,
             config=step.config,  # type: ignore[arg-type]
-            failure="oom",
+            failure="cuda_oom",
             reason="CUDA out of memory",
         )
     value, feasible = true if isinstance(true, tuple) else (true, True)

@@ -171,7 +171,10 @@ def test_a_derived_value_in_a_condition_is_expanded_to_its_sampled_sources(
     cs = _changes(space, {"other": True, "scale": 3, "wide_kernels": True})
     assert cs.names == ("other", "scale + wide_kernels")
     change = cs.change("scale + wide_kernels")
-    assert change.why_grouped == "wide_kernels is inactive in the baseline (and has no default) (when: width > 4)"
+    assert (
+        change.why_grouped
+        == "wide_kernels is inactive in the baseline (and has no default) (when: width > 4)"
+    )
     variant, _, _ = cs.revert_alone("scale + wide_kernels")
     assert variant.config == {"other": True, "scale": 1, "width": 2}
 

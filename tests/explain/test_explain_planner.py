@@ -110,15 +110,15 @@ def test_a_revert_that_fails_is_measured_once_required_and_kept_first(tmp_path: 
         result = replay(planner, truth, seed=seed)
         without_mem = planner.reverts["mem"][0]
         assert without_mem.key is not None
-        assert [r.failure for r in result.runs[without_mem.key]] == ["oom"]  # once only
+        assert [r.failure for r in result.runs[without_mem.key]] == ["cuda_oom"]  # once only
         e = explain(planner, result)
         mem = next(x for x in e.effects if x.change == "mem")
         assert mem.required and mem.contribution is None
-        assert mem.without.failure == "oom: CUDA out of memory" and mem.without.n == 0
+        assert mem.without.failure == "cuda_oom: CUDA out of memory" and mem.without.n == 0
         assert result.state.order is not None and result.state.order[0] == "mem"
         assert e.minimal is not None and "mem" in e.minimal.kept
         decision = next(d for d in e.minimal.decisions if d.change == "mem")
-        assert decision.action == "kept" and "fails (oom" in decision.why
+        assert decision.action == "kept" and "fails (cuda_oom" in decision.why
         # the other configurations ran their repeats
         for key in (planner.winner.key, planner.baseline.key):
             assert key is not None and len(result.runs[key]) >= 3
@@ -186,7 +186,7 @@ def test_a_winner_that_fails_from_fresh_services_drops_nothing(tmp_path: Path) -
     result = replay(planner, truth, seed=0)
     assert result.finished is not None and result.finished.startswith("the winner fails")
     assert planner.winner.key is not None
-    assert [r.failure for r in result.runs[planner.winner.key]] == ["oom"]
+    assert [r.failure for r in result.runs[planner.winner.key]] == ["cuda_oom"]
     e = explain(planner, result)
     assert e.minimal is not None and e.minimal.dropped == [] and not e.minimal.complete
     assert not e.complete
@@ -369,3 +369,37 @@ def test_no_path_no_minimal_is_the_ablation_only(levers: SearchSpace) -> None:
     assert len(result.measured) == 5 * 2 and result.finished == "done"
     e = explain(planner, result)
     assert e.complete and e.path == [] and e.minimal is None
+
+
+def test_a_transient_failure_is_retried_once_then_final(tmp_path: Path) -> None:
+    """A process killed under it (``exited``) says nothing of the configuration: the
+    configuration is run again, and only a second such failure makes it final."""
+    from autotune.explain import ExplainRun, Measure
+
+    space = bool_levers(tmp_path, ["fast", "noop"])
+    planner = planner_for(space, {"fast": True, "noop": True}, ExplainSettings(repeats=1))
+    state = planner.new_state()
+    winner, baseline = planner.winner, planner.baseline
+    without_fast = planner.reverts["fast"][0]
+    assert winner.key and baseline.key and without_fast.key
+
+    def ok(key: str, index: int) -> ExplainRun:
+        return ExplainRun(key=key, index=index, values=[100.0], feasible=True)
+
+    def killed(key: str, index: int) -> ExplainRun:
+        return ExplainRun(key=key, index=index, failure="exited", reason="router: -15")
+
+    runs = {
+        winner.key: [ok(winner.key, 0)],
+        baseline.key: [ok(baseline.key, 0)],
+        without_fast.key: [killed(without_fast.key, 0)],
+    }
+    step = planner.next(runs, state)
+    assert isinstance(step, Measure) and step.key == without_fast.key  # tried again
+    runs[without_fast.key].append(killed(without_fast.key, 1))
+    e = planner.explanation(runs, state, unit="tok/s", objective="output throughput")
+    fast = next(x for x in e.effects if x.change == "fast")
+    assert fast.required and fast.without.failure is not None
+    assert "2 of 2 runs failed" in fast.without.failure
+    step = planner.next(runs, state)
+    assert not (isinstance(step, Measure) and step.key == without_fast.key)  # final now
