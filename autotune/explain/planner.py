@@ -13,8 +13,9 @@ Three phases, in order:
    the run-to-run noise pooled over every configuration measured (relative, as in
    ``best``). A configuration that fails in a way that belongs to it (out of memory, wrong
    output, rejected arguments: :data:`DETERMINISTIC_FAILURES`) is not run again, and the
-   change is *required*; any other failure (a process killed, a timeout) is retried once. Then the changes are ordered by contribution (the
-   required ones first) and the order is frozen in the state.
+   change is *required*; any other failure (a process killed, a timeout) is retried once.
+   Then the changes are ordered by contribution (the required ones first) and the order is
+   frozen in the state.
 2. **Path** (``path: true``): the baseline plus the largest change, plus the next ... up to
    the winner, ``repeats`` runs each; a step the space refuses (a forbidden combination)
    is merged into the next one.
