@@ -32,6 +32,9 @@ run: $(STAMP)
 	$(VENV)/bin/autotune run --trials $(TRIALS) --study $(STUDY)
 	$(VENV)/bin/autotune best --study $(STUDY)
 	$(VENV)/bin/autotune best --study $(STUDY) --export systemd --out deploy/$(STUDY)
+	if $(VENV)/bin/autotune explain --study $(STUDY) --show >/dev/null 2>&1; then \
+	  $(VENV)/bin/autotune explain --study $(STUDY) --show && \
+	  $(VENV)/bin/autotune best --study $(STUDY) --minimal --export systemd --out deploy/$(STUDY)-minimal; fi
 	$(VENV)/bin/autotune report --study $(STUDY)
 
 test: $(STAMP) lint
@@ -46,6 +49,8 @@ vllm-cpu: $(STAMP)
 	$(VLLM_ENV)/bin/python scripts/build_model.py --out studies/models/llama-tiny
 	$(VENV)/bin/autotune run --study $(VLLM_STUDY) --trials $(VLLM_TRIALS)
 	$(VENV)/bin/autotune best --study $(VLLM_STUDY)
+	$(VENV)/bin/autotune explain --study $(VLLM_STUDY) --repeats 2
+	$(VENV)/bin/autotune best --study $(VLLM_STUDY) --minimal
 	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
 # ruff, mypy, and the import contracts of pyproject.toml ([tool.importlinter]).
