@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import TrialState
@@ -89,6 +90,7 @@ from autotune.trial import (
 __all__ = ["FAULT_SCAN_LINES", "HostFailure", "RunSummary", "Tuner"]
 
 REFERENCE_ATTR = "reference_output"
+_T = TypeVar("_T")
 COUNT_REFRESH = 10
 """Trials between two reads of the completed count from storage (other workers add some)."""
 
@@ -408,61 +410,50 @@ class Tuner:
         ran = 0
         self.remeasurer.stored = 0
         self.remeasurer.active = False
-        interrupted = False
-        failed = True
-        try:
-            with sigterm_as_interrupt(), storage_errors(self.storage_url, "accessing the study"):
-                try:
-                    self.worker.start(alone=not self.shared)
-                except WorkerBusy as exc:
-                    raise ConfigError(str(exc), field="--worker") from None
-                self.recovery.recover_stale()
-                self._enqueue_baseline()
-                self._index_known()
-                done = self.completed_count()
-                while done < n_trials:
-                    if self.shared:
-                        self.ctx.db("looking for lost trials", self.recovery.reap_lost)
-                    if self._one_trial(index=done + 1, total=n_trials):
-                        ran += 1
-                        done += 1
-                    # Counted in memory (a read of every new trial costs ~6 ms) when this is
-                    # the only worker; shared storage is asked every trial.
-                    if self.shared or ran % COUNT_REFRESH == 0 or done >= n_trials:
-                        done = self.completed_count()
-                self.remeasurer.run(target=n_trials)
-                if self.definition.explain.enabled:
-                    self.explainer.run(self.definition.explain)
-            failed = False
-        except KeyboardInterrupt:
-            interrupted = True
-            failed = False
-        finally:
-            self.worker.stop("interrupted" if interrupted else "failed" if failed else "stopped")
-            stopped, left = self._wind_down(stop=failed or interrupted)
-        with storage_errors(self.storage_url, "accessing the study"):
-            total = self.completed_count()
-        return RunSummary(
-            study_name=self.study_name,
-            storage_url=self.storage_url,
-            trials_run=ran,
-            trials_total=total,
-            interrupted=interrupted,
-            seconds=time.monotonic() - started,
-            stopped=stopped,
-            left_running=left,
-            remeasured=self.remeasurer.stored,
-            in_remeasure=interrupted and (self.remeasurer.active or self.explainer.active),
-            explained=self.explainer.measured,
+        self.explainer.measured = 0
+
+        def trials() -> None:
+            nonlocal ran
+            self._enqueue_baseline()
+            self._index_known()
+            done = self.completed_count()
+            while done < n_trials:
+                if self.shared:
+                    self.ctx.db("looking for lost trials", self.recovery.reap_lost)
+                if self._one_trial(index=done + 1, total=n_trials):
+                    ran += 1
+                    done += 1
+                # Counted in memory (a read of every new trial costs ~6 ms) when this is
+                # the only worker; shared storage is asked every trial.
+                if self.shared or ran % COUNT_REFRESH == 0 or done >= n_trials:
+                    done = self.completed_count()
+            self.remeasurer.run(target=n_trials)
+            if self.definition.explain.enabled:
+                self.explainer.run(self.definition.explain)
+
+        _, summary = self._session(trials, started=started)
+        summary.trials_run = ran
+        summary.in_remeasure = summary.interrupted and (
+            self.remeasurer.active or self.explainer.active
         )
+        return summary
 
     def explain(self, settings: ExplainSettings) -> tuple[Explanation | None, RunSummary]:
         """Explain the study's winner (``autotune explain``): resumes a stopped explanation."""
-        started = time.monotonic()
         self.explainer.measured = 0
+        result, summary = self._session(
+            lambda: self.explainer.run(settings), started=time.monotonic()
+        )
+        summary.in_remeasure = summary.interrupted
+        return result, summary
+
+    def _session(self, work: Callable[[], _T], *, started: float) -> tuple[_T | None, RunSummary]:
+        """``work`` as this worker (registered, stale trials settled first), with Ctrl-C and
+        SIGTERM as a clean stop and the services wound down after; (its result, a summary
+        whose trial counts the caller fills in)."""
         interrupted = False
         failed = True
-        result = None
+        result: _T | None = None
         try:
             with sigterm_as_interrupt(), storage_errors(self.storage_url, "accessing the study"):
                 try:
@@ -470,7 +461,7 @@ class Tuner:
                 except WorkerBusy as exc:
                     raise ConfigError(str(exc), field="--worker") from None
                 self.recovery.recover_stale()
-                result = self.explainer.run(settings)
+                result = work()
             failed = False
         except KeyboardInterrupt:
             interrupted = True
@@ -489,7 +480,7 @@ class Tuner:
             seconds=time.monotonic() - started,
             stopped=stopped,
             left_running=left,
-            in_remeasure=interrupted,
+            remeasured=self.remeasurer.stored,
             explained=self.explainer.measured,
         )
 
