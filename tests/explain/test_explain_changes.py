@@ -369,6 +369,13 @@ def test_a_winner_value_equal_to_the_default_is_no_change(defaulted: SearchSpace
     assert cs.variant(cs.names).config == cs.winner_config
 
 
+def test_a_defaulted_lever_inactive_on_both_sides_is_no_change(defaulted: SearchSpace) -> None:
+    # the engine's own value on both sides: nothing to revert
+    assert _changes(defaulted, defaulted.baseline_params()).changes == ()
+    cs = _changes(defaulted, {"engine": False})
+    assert cs.names == () and cs.variant([]).key == cs.variant(cs.names).key
+
+
 def test_a_lever_without_default_goes_with_the_last_declared_lever_its_condition_names(
     tmp_path: Path,
 ) -> None:
@@ -435,6 +442,22 @@ def test_the_h200_transformers_serve_winner_changes(transformers_serve: SearchSp
         "cb_max_batch_tokens": "cb_max_batch_tokens: 'auto' (default) -> 256",
     }
     assert cs.change("cb_kv_manual + cb_kv_tokens").defaulted == ("cb_kv_manual",)
+
+
+def test_a_winner_without_continuous_batching_changes_only_what_it_sets(
+    transformers_serve: SearchSpace,
+) -> None:
+    # every cb_* lever is inactive on both sides: none is a change, defaulted or not
+    assert _changes(transformers_serve, transformers_serve.baseline_params()).changes == ()
+    winner = {
+        "continuous_batching": False,
+        "attn_implementation": "eager",
+        "compile": True,
+        "dtype": "bfloat16",
+    }
+    cs = _changes(transformers_serve, winner)
+    assert cs.names == ("attn_implementation", "compile", "dtype")
+    assert all(c.defaulted == () and c.why_grouped is None for c in cs.changes)
 
 
 def test_every_h200_change_reverts_alone_to_a_runnable_configuration(
