@@ -3,10 +3,11 @@
 A *change* is the unit the explanation reverts and adds: usually one lever. A lever the
 baseline leaves inactive (``when:`` false there) is reverted to the engine's own value (the
 space's ``default:``, or its flag's ``unset_value``) where the space gives one; a winner
-whose value equals that default changed nothing there and is no change. Without a default
-there is nothing to go back to, and a baseline lever the winner made inactive comes back by
-itself when its parent is reverted: either is grouped with the changed levers its condition
-names (transitively, through derived values), and the group is reverted and added as one.
+whose value equals that default, or that leaves the lever inactive too, changed nothing
+there and is no change. Without a default there is nothing to go back to, and a baseline
+lever the winner made inactive comes back by itself when its parent is reverted: either is
+grouped with the changed levers its condition names (transitively, through derived values),
+and the group is reverted and added as one.
 
 :meth:`ChangeSet.variant` builds "the baseline plus these changes": a configuration, or why
 there is none (a forbidden combination, a lever the mix activates that neither side sets).
@@ -165,8 +166,9 @@ def _group(
     defaults: Mapping[str, object],
 ) -> tuple[Change, ...]:
     sampled = list(space.sampled_params)
-    # What each lever goes back to: the baseline's value, else the engine's default.
-    back = {**{n: v for n, v in defaults.items() if n not in base}, **base}
+    # What each lever goes back to: the baseline's value, else the engine's default (for a
+    # lever the winner sets: inactive on both sides, it is the engine's value on both).
+    back = {**{n: v for n, v in defaults.items() if n not in base and n in win}, **base}
     changed = [
         p.name
         for p in sampled

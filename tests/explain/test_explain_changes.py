@@ -11,7 +11,7 @@ import pytest
 from explain_spaces import env_lever, make_space
 
 from autotune.explain import ChangeSet
-from autotune.space import SearchSpace
+from autotune.space import SearchSpace, load_space
 
 
 def _changes(space: SearchSpace, winner: dict[str, object]) -> ChangeSet:
@@ -303,3 +303,186 @@ def test_a_mix_that_activates_a_lever_neither_side_sets_is_refused_then_paired(
     variant, reverted, note = cs.revert_alone("t")
     assert reverted == ("t", "s") and variant.key == space.config_key(space.baseline_config())
     assert note is not None and "reverted together with s" in note
+
+
+# --------------------------------------------------------------------------- engine defaults
+
+
+@pytest.fixture()
+def defaulted(tmp_path: Path) -> SearchSpace:
+    return make_space(
+        tmp_path,
+        {
+            "engine": env_lever("engine", type="bool"),
+            # inactive in the baseline (engine off) but with the engine's own value stated
+            "block": env_lever(
+                "block", type="categorical", choices=[16, 64, 256], when="engine", default=256
+            ),
+            "graphs": env_lever("graphs", type="bool", when="engine", default=False),
+            # inactive in the baseline, no default: goes with engine
+            "frac": env_lever("frac", type="float", low=0.5, high=0.9, step=0.1, when="engine"),
+        },
+        baseline={"engine": False},
+    )
+
+
+def test_a_child_inactive_in_the_baseline_with_a_default_is_its_own_change(
+    defaulted: SearchSpace,
+) -> None:
+    cs = _changes(defaulted, {"engine": True, "block": 64, "graphs": True, "frac": 0.7})
+    assert cs.names == ("engine + frac", "block", "graphs")
+    block = cs.change("block")
+    assert dict(block.baseline) == {"block": 256} and dict(block.winner) == {"block": 64}
+    assert block.defaulted == ("block",) and block.why_grouped is None
+    assert block.describe() == "block: 256 (default) -> 64"
+    assert cs.change("graphs").describe() == "graphs: False (default) -> True"
+    engine = cs.change("engine + frac")
+    assert engine.defaulted == ()  # frac has no default: nothing to revert it to
+    assert dict(engine.baseline) == {"engine": False}
+    assert engine.describe() == "engine: False -> True, frac: (inactive) -> 0.7"
+    assert engine.why_grouped is not None
+    assert "frac is inactive in the baseline (and has no default) (when: engine)" in (
+        engine.why_grouped
+    )
+
+
+def test_reverting_a_defaulted_change_sets_the_default_and_keeps_its_parent(
+    defaulted: SearchSpace,
+) -> None:
+    cs = _changes(defaulted, {"engine": True, "block": 64, "graphs": True, "frac": 0.7})
+    variant, reverted, note = cs.revert_alone("block")
+    assert reverted == ("block",) and note is None
+    assert variant.config == {"engine": True, "block": 256, "graphs": True, "frac": 0.7}
+    assert variant.key == defaulted.config_key(variant.config)
+    # the parent reverted: every child goes inactive with it, defaulted or not
+    variant, _, _ = cs.revert_alone("engine + frac")
+    assert variant.config == {"engine": False}
+    # the baseline plus the parent only: the defaulted children at their defaults
+    only = cs.variant(["engine + frac"])
+    assert only.config == {"engine": True, "block": 256, "graphs": False, "frac": 0.7}
+
+
+def test_a_winner_value_equal_to_the_default_is_no_change(defaulted: SearchSpace) -> None:
+    cs = _changes(defaulted, {"engine": True, "block": 256, "graphs": False, "frac": 0.5})
+    assert cs.names == ("engine + frac",)
+    assert cs.change("engine + frac").levers == ("engine", "frac")
+    assert cs.variant(cs.names).config == cs.winner_config
+
+
+def test_a_defaulted_lever_inactive_on_both_sides_is_no_change(defaulted: SearchSpace) -> None:
+    # the engine's own value on both sides: nothing to revert
+    assert _changes(defaulted, defaulted.baseline_params()).changes == ()
+    cs = _changes(defaulted, {"engine": False})
+    assert cs.names == () and cs.variant([]).key == cs.variant(cs.names).key
+
+
+def test_a_lever_without_default_goes_with_the_last_declared_lever_its_condition_names(
+    tmp_path: Path,
+) -> None:
+    space = make_space(
+        tmp_path,
+        {
+            "a": env_lever("a", type="bool"),
+            "b": env_lever("b", type="bool"),
+            "both": env_lever("both", type="int", low=1, high=4, when="a and b"),
+        },
+        baseline={"a": False, "b": False},
+    )
+    cs = _changes(space, {"a": True, "b": True, "both": 2})
+    assert cs.names == ("a", "b + both")  # not one "a + b + both": only the nearest
+    assert cs.change("a").why_grouped is None
+    assert cs.change("b + both").why_grouped == (
+        "both is inactive in the baseline (and has no default) (when: a and b)"
+    )
+    # reverting either parent makes `both` inactive: each revert runs on its own
+    assert cs.revert_alone("a")[0].config == {"a": False, "b": True}
+    assert cs.revert_alone("b + both")[0].config == {"a": True, "b": False}
+
+
+# --------------------------------------------------------------------------- transformers serve
+
+H200_WINNER: dict[str, object] = {
+    "continuous_batching": True,
+    "attn_implementation": "eager",
+    "dtype": "auto",
+    "cb_cuda_graph": True,
+    "cb_block_size": 256,
+    "cb_kv_manual": True,
+    "cb_kv_tokens": 4621,
+    "cb_max_batch_tokens": 256,
+    "cb_max_memory_percent": 0.8,
+}
+
+
+@pytest.fixture(scope="module")
+def transformers_serve() -> SearchSpace:
+    return load_space(Path(__file__).resolve().parents[2] / "search_spaces/transformers-serve.yaml")
+
+
+def test_the_h200_transformers_serve_winner_changes(transformers_serve: SearchSpace) -> None:
+    cs = _changes(transformers_serve, H200_WINNER)
+    assert cs.names == (
+        "continuous_batching + compile + cb_max_memory_percent",
+        "attn_implementation",
+        "cb_cuda_graph",
+        "cb_kv_manual + cb_kv_tokens",
+        "cb_max_batch_tokens",
+    )  # cb_block_size 256 is its default: no change
+    described = {c.name: c.describe() for c in cs.changes}
+    assert described == {
+        "continuous_batching + compile + cb_max_memory_percent": (
+            "continuous_batching: False -> True, compile: False -> (inactive), "
+            "cb_max_memory_percent: (inactive) -> 0.8"
+        ),
+        "attn_implementation": "attn_implementation: 'default' -> 'eager'",
+        "cb_cuda_graph": "cb_cuda_graph: False (default) -> True",
+        "cb_kv_manual + cb_kv_tokens": (
+            "cb_kv_manual: False (default) -> True, cb_kv_tokens: (inactive) -> 4621"
+        ),
+        "cb_max_batch_tokens": "cb_max_batch_tokens: 'auto' (default) -> 256",
+    }
+    assert cs.change("cb_kv_manual + cb_kv_tokens").defaulted == ("cb_kv_manual",)
+
+
+def test_a_winner_without_continuous_batching_changes_only_what_it_sets(
+    transformers_serve: SearchSpace,
+) -> None:
+    # every cb_* lever is inactive on both sides: none is a change, defaulted or not
+    assert _changes(transformers_serve, transformers_serve.baseline_params()).changes == ()
+    winner = {
+        "continuous_batching": False,
+        "attn_implementation": "eager",
+        "compile": True,
+        "dtype": "bfloat16",
+    }
+    cs = _changes(transformers_serve, winner)
+    assert cs.names == ("attn_implementation", "compile", "dtype")
+    assert all(c.defaulted == () and c.why_grouped is None for c in cs.changes)
+
+
+def test_every_h200_change_reverts_alone_to_a_runnable_configuration(
+    transformers_serve: SearchSpace,
+) -> None:
+    cs = _changes(transformers_serve, H200_WINNER)
+    win = cs.winner_config
+    manual = {k: v for k, v in win.items() if k not in ("cb_kv_tokens", "cb_num_blocks")}
+    expected = {
+        # continuous batching off: every cb_* lever inactive, compile back (at False)
+        "continuous_batching + compile + cb_max_memory_percent": {
+            "continuous_batching": False,
+            "attn_implementation": "eager",
+            "compile": False,
+            "dtype": "auto",
+        },
+        "attn_implementation": {**win, "attn_implementation": "default"},
+        "cb_cuda_graph": {**win, "cb_cuda_graph": False},
+        # manual KV off (its default): no KV tokens, so no --cb-num-blocks either
+        "cb_kv_manual + cb_kv_tokens": {**manual, "cb_kv_manual": False},
+        "cb_max_batch_tokens": {**win, "cb_max_batch_tokens": "auto"},
+    }
+    assert set(expected) == set(cs.names)
+    for name, config in expected.items():
+        variant, reverted, note = cs.revert_alone(name)
+        assert (reverted, note, variant.refused) == ((name,), None, None), name
+        assert variant.config == config, name
+    assert cs.variant([]).config == transformers_serve.baseline_config()

@@ -9,6 +9,7 @@ once, so a stored run measured again would show as a second index.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -227,3 +228,26 @@ def test_a_space_without_a_baseline_is_a_config_error_naming_baseline(
     assert {k: v for k, v in after.items() if k.startswith("explain:")} == {
         k: v for k, v in stored.items() if k.startswith("explain:")
     }  # nothing measured, nothing decided
+
+
+def test_best_minimal_exports_the_minimal_winner_as_it_ran(
+    twin: Twin, explained: Explained
+) -> None:
+    e = explained.result
+    assert e.minimal is not None
+    done = cli(
+        "best", "--study", STUDY, "--storage", twin.url, "--minimal", "--export", "json",
+        cwd=twin.root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["trial"] == e.winner
+    assert doc.get("minimal_winner", False) is bool(e.minimal.dropped)
+    assert doc["config"] == e.minimal.config
+    if e.minimal.dropped:  # the services as the minimal winner's last run started them
+        runs = load_runs(load(STUDY, twin.db))[e.minimal.measured.key or ""]
+        last = [r for r in runs if r.value is not None][-1]
+        commands = {name: svc["command"] for name, svc in doc["services"].items()}
+        assert commands == {name: svc.command for name, svc in last.services.items()}
+        mean = e.minimal.measured.mean
+        assert mean is not None and doc["output_throughput_tok_s"] == pytest.approx(mean.value)
