@@ -313,8 +313,8 @@ class _SampledBase(_ParamBase):
         default=None,
         description="The engine's own value when the lever is not set (its flag absent). "
         "`autotune explain` reverts a lever the baseline leaves inactive to it, and a winner "
-        "whose value equals it changed nothing there. A flag's unset_value serves when this is "
-        "not given.",
+        "whose value equals it changed nothing there. A flag's or environment variable's "
+        "unset_value serves when this is not given.",
     )
 
 

@@ -18,6 +18,7 @@ from autotune.space.model import (
     BoolParam,
     CategoricalParam,
     DerivedParam,
+    EnvTarget,
     FlagTarget,
     FloatParam,
     IntParam,
@@ -69,12 +70,13 @@ class ParamInfo:
     @property
     def engine_default(self) -> Value | None:
         """The engine's own value when the lever is not set: the space's ``default``, else
-        its flag's ``unset_value`` (None when the space says neither)."""
+        the ``unset_value`` of its flag or environment variable (the choice that removes it;
+        None when the space says neither)."""
         spec = self.spec
         if isinstance(spec, DerivedParam):
             return None
         value = spec.default
-        if value is None and isinstance(spec.target, FlagTarget):
+        if value is None and isinstance(spec.target, (FlagTarget, EnvTarget)):
             value = spec.target.unset_value
         return None if value is None else self.normalize(value)
 

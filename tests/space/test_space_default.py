@@ -76,7 +76,8 @@ def test_a_valid_default_loads_and_is_the_engine_default(
     defaults = _defaults(space)
     assert defaults.pop(name) == expected
     assert type(space.parameter(name).engine_default) is type(expected)
-    # nothing else has one: an env variable's unset_value (proto's) is not a default
+    # nothing else has one but proto, whose environment variable's unset_value is its default
+    assert defaults.pop("proto", "unset") == "unset"
     assert set(defaults.values()) == {None}
 
 
@@ -100,7 +101,7 @@ def test_engine_default_prefers_default_then_a_flags_unset_value(tmp_path: Path)
     assert space.parameter("attn").engine_default == "auto"
     assert space.parameter("dtype").engine_default == "bf16"
     assert space.parameter("bs").engine_default is None  # a flag without unset_value
-    assert space.parameter("proto").engine_default is None  # an env target's unset_value
+    assert space.parameter("proto").engine_default == "unset"  # an env target's unset_value
     assert space.parameter("draft").engine_default is None  # derived
 
 
