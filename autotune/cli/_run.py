@@ -146,6 +146,8 @@ def run(
         )
         raise typer.Exit(code=130)
     again = f" and {summary.remeasured} re-measurements" if summary.remeasured else ""
+    if summary.explained:
+        again += f" and {summary.explained} explanation runs (autotune explain --show)"
     console.print(
         f"done: {summary.trials_run} trials{again} run in {summary.seconds:.0f}s; study holds "
         f"{summary.trials_total}. Next: autotune best --study {study}",
