@@ -80,6 +80,8 @@ class Decide:
 @dataclass(frozen=True)
 class Finished:
     why: str
+    complete: bool = True
+    """False: the plan cannot go on (``why`` says why): the explanation stays incomplete."""
 
 
 Step = Measure | Decide | Finished
@@ -282,7 +284,8 @@ class Planner:
         w = self._stats(runs, self.winner.key)
         if w.dead:  # nothing to stay within: every removal would pass against a bound of 0
             return Finished(
-                f"the winner fails from fresh services ({w.failure}): no minimal winner"
+                f"the winner fails from fresh services ({w.failure}): no minimal winner",
+                complete=False,
             )
         name = todo[0]
         kept = self.kept(state)

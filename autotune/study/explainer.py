@@ -99,6 +99,9 @@ class Explainer:
                 runs = load_runs(ctx.study)
                 step = planner.next(runs, state)
                 if isinstance(step, Finished):
+                    if not step.complete:
+                        stopped = step.why
+                        ctx.progress.message(f"explanation stopped: {stopped}")
                     break
                 if isinstance(step, Decide):
                     state = step.state
