@@ -313,7 +313,9 @@ def _objective(
     return float(values[index])
 
 
-def _metric(metrics: Mapping[str, Any], key: str, sub: str | None = None) -> float | None:
+def metric_value(metrics: Mapping[str, Any], key: str, sub: str | None = None) -> float | None:
+    """A finite number stored in a trial's metrics (``sub``: a statistic of a distribution,
+    ``p99``); None when absent or not a number."""
     value: Any = metrics.get(key)
     if sub is not None:
         value = value.get(sub) if isinstance(value, Mapping) else None
@@ -326,7 +328,7 @@ def _throughput(
     values: Sequence[float] | None, names: Sequence[str], metrics: Mapping[str, Any]
 ) -> float | None:
     value = _objective(values, names, THROUGHPUT, 0)
-    return value if value is not None else _metric(metrics, "output_throughput")
+    return value if value is not None else metric_value(metrics, "output_throughput")
 
 
 def _tpot(
@@ -337,7 +339,7 @@ def _tpot(
     failed: bool,
 ) -> float | None:
     """Measured TPOT p99; an unmeasured trial's placeholder objective value is not a TPOT."""
-    measured = _metric(metrics, "tpot_ms", "p99")
+    measured = metric_value(metrics, "tpot_ms", "p99")
     if measured is not None:
         return measured
     if not failed and values is not None and len(values) >= 2:
@@ -518,7 +520,7 @@ def _first_value(raw: Mapping[str, Any]) -> float | None:
         first = values[0]
         if isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first):
             return float(first)
-    return _metric(raw.get("metrics") or {}, "output_throughput")
+    return metric_value(raw.get("metrics") or {}, "output_throughput")
 
 
 def load_remeasurements(study: optuna.Study) -> list[Measurement]:
@@ -533,7 +535,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     of=int(raw["of"]),
                     repeat=int(raw["repeat"]),
                     throughput=_first_value(raw),
-                    tpot_p99_ms=_metric(raw.get("metrics") or {}, "tpot_ms", "p99"),
+                    tpot_p99_ms=metric_value(raw.get("metrics") or {}, "tpot_ms", "p99"),
                     feasible=bool(raw.get("feasible")),
                     failure=raw.get("failure"),
                     reason=str(raw.get("reason") or ""),

@@ -33,6 +33,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 StudyOpt = typer.Option(
     DEFAULT_STUDY, "--study", help="Study name (also selects studies/NAME.yaml)."
 )
+StudyFileOpt = typer.Option(
+    None, "--study-file", help="Study definition (default studies/NAME.yaml)."
+)
 StorageOpt = typer.Option(
     None, "--storage", help="Storage URL (default sqlite:///studies/NAME.db)."
 )
@@ -131,13 +134,18 @@ def open_existing(study: str, storage: str | None) -> Any:
     return load_study(study, open_storage(url, create=False))
 
 
+def study_file_path(study: str, study_file: Path | None) -> Path:
+    """``--study-file``, else the study's default file ``studies/NAME.yaml``."""
+    return study_file or Path("studies") / f"{study}.yaml"
+
+
 def deployment_context(study: str, study_file: Path | None) -> tuple[Any, Any, Any, Path]:
     """(definition, space, deployment, run_dir) of a study file, as ``run`` resolves them."""
     from autotune.deployment import load_deployment
     from autotune.space import load_space
     from autotune.study.definition import load_study_definition
 
-    definition = load_study_definition(study_file or Path("studies") / f"{study}.yaml")
+    definition = load_study_definition(study_file_path(study, study_file))
     space = load_space(definition.resolve(definition.space))
     deployment = load_deployment(definition.resolve(definition.deployment))
     return definition, space, deployment, deployment.default_run_dir(study)

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from autotune.cli._common import (
     StorageOpt,
+    StudyFileOpt,
     StudyOpt,
     check_study,
     console,
@@ -23,6 +24,7 @@ from autotune.cli._common import (
     open_existing,
     shown,
     storage_url,
+    study_file_path,
 )
 from autotune.errors import AutotuneError
 
@@ -31,9 +33,7 @@ from autotune.errors import AutotuneError
 def explain(
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
-    study_file: Path | None = typer.Option(
-        None, "--study-file", help="Study definition (default studies/NAME.yaml)."
-    ),
+    study_file: Path | None = StudyFileOpt,
     repeats: int | None = typer.Option(
         None,
         "--repeats",
@@ -87,7 +87,7 @@ def explain(
             )
         print_explanation(found)
         return
-    definition = load_study_definition(study_file or Path("studies") / f"{study}.yaml")
+    definition = load_study_definition(study_file_path(study, study_file))
     given = {
         k: v
         for k, v in {

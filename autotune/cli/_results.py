@@ -27,6 +27,7 @@ from autotune.cli._common import (
     friendly,
     open_existing,
     storage_url,
+    study_file_path,
     writing,
 )
 from autotune.errors import AutotuneError, ConfigError
@@ -88,7 +89,7 @@ def best(
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
     current = None
-    if export == "systemd" and (study_file or (Path("studies") / f"{study}.yaml")).is_file():
+    if export == "systemd" and study_file_path(study, study_file).is_file():
         # The deployment as it is now holds the secrets the study never stored.
         from autotune.render import render
 

@@ -14,6 +14,7 @@ import typer
 
 from autotune.cli._common import (
     StorageOpt,
+    StudyFileOpt,
     StudyOpt,
     check_study,
     console,
@@ -21,6 +22,7 @@ from autotune.cli._common import (
     friendly,
     shown,
     storage_url,
+    study_file_path,
 )
 from autotune.errors import ConfigError
 
@@ -34,9 +36,7 @@ def run(
     ),
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
-    study_file: Path | None = typer.Option(
-        None, "--study-file", help="Study definition (default studies/NAME.yaml)."
-    ),
+    study_file: Path | None = StudyFileOpt,
     sampler: str | None = typer.Option(
         None,
         "--sampler",
@@ -92,7 +92,7 @@ def run(
             field="--worker",
             allowed="1-100 characters: letters, digits, '.', '_', '-', '/', ':'",
         )
-    path = study_file or Path("studies") / f"{study}.yaml"
+    path = study_file_path(study, study_file)
     definition = load_study_definition(path)
 
     url = storage_url(study, storage)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from autotune.errors import AutotuneError
 from autotune.explain.record import ExplainRun, Explanation
-from autotune.results import TrialResult
+from autotune.results import TrialResult, metric_value
 
 
 def minimal_trial(
@@ -55,11 +55,5 @@ def minimal_trial(
         deployment=winner.deployment,
         feasible=all(r.feasible for r in done),
         throughput=mean,
-        tpot_p99_ms=_p99(last.metrics, "tpot_ms"),
+        tpot_p99_ms=metric_value(last.metrics, "tpot_ms", "p99"),
     )
-
-
-def _p99(metrics: Mapping[str, object], name: str) -> float | None:
-    stats = metrics.get(name)
-    value = stats.get("p99") if isinstance(stats, Mapping) else None
-    return float(value) if isinstance(value, (int, float)) else None
