@@ -23,6 +23,11 @@ Usage (the full run; the GP sampler is slow and runs fewer trials, ``--cap gp=40
 
     .venv/bin/python benchmarks/bakeoff.py --json reports/bakeoff.json
     .venv/bin/python benchmarks/bakeoff.py --samplers tpe,random --family 6 --seeds 3
+
+``--log FILE.jsonl`` appends each run as it finishes and skips the runs already in it, so a
+long run (gp at 10 seeds: hours here) survives being stopped and resumes where it was.
+A gp worker runs torch on one thread: two workers with torch's default of one thread per
+core would ask for four on two cores.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ def surfaces(family: int, heldout: int, bundled: Sequence[str]) -> dict[str, str
 
 def _task(args: tuple[str, str, int, int]) -> dict[str, Any]:
     name, sampler, seed, trials = args
+    if sampler == "gp":
+        import torch
+
+        torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     surface = se.load_surface(name)
@@ -85,7 +94,29 @@ def _task(args: tuple[str, str, int, int]) -> dict[str, Any]:
         "launches": len(launches),
         "forbidden_launched": run.forbidden_launched,
         "seconds": time.perf_counter() - started,
+        "trials": trials,
     }
+
+
+def _key(name: str, sampler: str, seed: int, trials: int) -> tuple[str, str, int, int]:
+    return (name, sampler, seed, trials)
+
+
+def load_log(path: Path | None) -> dict[tuple[str, str, int, int], dict[str, Any]]:
+    """Runs already finished (``--log``), by (surface, sampler, seed, trials)."""
+    if path is None or not path.exists():
+        return {}
+    done = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            res = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short when the run was stopped
+            continue
+        trials = int(res.get("trials", len(res["curve"])))
+        done[_key(res["surface"], res["sampler"], res["seed"], trials)] = res
+    return done
 
 
 def run(
@@ -97,7 +128,9 @@ def run(
     random_trials: int,
     caps: Mapping[str, int],
     workers: int,
+    log: Path | None = None,
 ) -> list[dict[str, Any]]:
+    done = load_log(log)
     tasks = []
     for name in names:
         for sampler in samplers:
@@ -105,10 +138,29 @@ def run(
             tasks += [(name, sampler, seed, budget) for seed in seeds]
     slow = {"gp": 0, "rfbo": 1, "catcma": 2, "tpe": 3, "tpe-plain": 3, "nsga2": 4}
     tasks.sort(key=lambda t: slow.get(t[1], 9))  # slow ones first: the pool ends together
-    if workers > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return pool.map(_task, tasks, chunksize=1)
-    return [_task(t) for t in tasks]
+    results = [done[_key(*t)] for t in tasks if _key(*t) in done]
+    todo = [t for t in tasks if _key(*t) not in done]
+    if results:
+        print(f"{len(results)} runs from {log}, {len(todo)} to go", file=sys.stderr)
+    sink = log.open("a") if log is not None else None
+    try:
+        if workers > 1:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for res in pool.imap_unordered(_task, todo, chunksize=1):
+                    results.append(_logged(res, sink))
+        else:
+            results += [_logged(_task(t), sink) for t in todo]
+    finally:
+        if sink is not None:
+            sink.close()
+    return results
+
+
+def _logged(res: dict[str, Any], sink: Any) -> dict[str, Any]:
+    if sink is not None:
+        sink.write(json.dumps(res) + "\n")
+        sink.flush()
+    return res
 
 
 def _reach(curve: Sequence[float], level: float) -> int | None:
@@ -223,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cap", action="append", default=[], help="SAMPLER=TRIALS")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--log", type=Path, default=None, help="append runs; resume from it")
     args = parser.parse_args(argv)
     samplers = [s for s in args.samplers.split(",") if s]
     caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
@@ -239,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         random_trials=args.random_trials,
         caps=caps,
         workers=args.workers,
+        log=args.log,
     )
     summary = summarize(results, names)
     text = markdown(summary, random_trials=args.random_trials)
