@@ -409,6 +409,7 @@ class Run:
     near_crash: list[bool] = field(default_factory=list)  # ... within NEAR levers of it
     observed: list[float] = field(default_factory=list)  # what a launch measured (0: none)
     sigmas: list[float] = field(default_factory=list)  # noise of a launch's measurement
+    configs: list[dict[str, Any]] = field(default_factory=list)  # what each trial proposed
     forbidden_launched: int = 0
     seconds: float = 0.0
 
@@ -568,6 +569,7 @@ def run_one(
         run.near_crash.append(near)
         run.observed.append(observed_value)
         run.sigmas.append(sd)
+        run.configs.append(dict(config))
     run.forbidden_launched = sum(1 for c in launched if space.violations(c))
     run.seconds = time.perf_counter() - started
     return run
