@@ -4,9 +4,11 @@ Starts one simulated SGLang server (prefill and decode in one process, a fast
 configuration) in its own process, then runs the load generator's open loop at each rate
 (Poisson arrivals, 256-token prompts, 128 streamed output tokens) and reports the send lag
 (actual send - scheduled time: p50, p99, p99.9, max), the client event loop's CPU share and
-whether the load generator reported itself as the bottleneck. Each rate runs twice, with the
-dispatcher's final spin (``_OpenLoop.SPIN_S``, the default) and with plain ``asyncio.sleep``
-timers, side by side: the difference is what the spin buys.
+whether the load generator reported itself as the bottleneck. Each rate runs three times,
+side by side: the dispatcher as shipped (the request prepared ``_OpenLoop.SPIN_S`` ahead and
+written by whichever sees it due first, the dispatcher or a stream read: the pacer), the
+dispatcher's spin alone (``_OpenLoop.PACE = False``: written only between two event-loop
+iterations), and plain ``asyncio.sleep`` timers (no spin).
 
     .venv/bin/python benchmarks/send_lag.py --rates 8,16,32,64,128 --seconds 10
 """
@@ -27,6 +29,8 @@ import numpy as np
 
 from autotune.loadgen import LoadSpec, run_load
 from autotune.loadgen import client as loadgen_client
+
+DEFAULT_SPIN = loadgen_client._OpenLoop.SPIN_S
 
 
 def _free_port() -> int:
@@ -68,8 +72,14 @@ def start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("server did not become healthy")
 
 
-def one(url: str, rate: float, seconds: float, spin: float) -> dict[str, float | str | None]:
-    loadgen_client._OpenLoop.SPIN_S = spin
+MODES = {"pacer": (None, True), "spin only": (None, False), "asyncio.sleep only": (0.0, False)}
+"""Dispatcher -> (SPIN_S: None = the default, PACE)."""
+
+
+def one(url: str, rate: float, seconds: float, mode: str) -> dict[str, float | str | None]:
+    spin, pace = MODES[mode]
+    loadgen_client._OpenLoop.SPIN_S = DEFAULT_SPIN if spin is None else spin
+    loadgen_client._OpenLoop.PACE = pace
     spec = LoadSpec(
         request_rate=rate,
         requests=None,
@@ -87,7 +97,7 @@ def one(url: str, rate: float, seconds: float, spin: float) -> dict[str, float |
     p50, p99, p999 = np.percentile(lags, [50, 99, 99.9])
     return {
         "rate": rate,
-        "spin_ms": spin * 1000,
+        "mode": mode,
         "sent": m.completed + m.failed,
         "arrival_rate": m.arrival_rate,
         "lag_p50": float(p50),
@@ -106,17 +116,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    default_spin = loadgen_client._OpenLoop.SPIN_S
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_server(Path(tmp) / "server.log")
         try:
             rows = []
             for rate in rates:
-                for spin in (default_spin, 0.0):
-                    rows.append(one(url, rate, args.seconds, spin))
+                for mode in MODES:
+                    rows.append(one(url, rate, args.seconds, mode))
                     r = rows[-1]
                     print(
-                        f"rate {rate:g} spin {r['spin_ms']:g} ms: sent {r['sent']}, lag p50 "
+                        f"rate {rate:g} {mode}: sent {r['sent']}, lag p50 "
                         f"{r['lag_p50']:.3f} p99 {r['lag_p99']:.3f} p99.9 {r['lag_p999']:.3f} ms, "
                         f"cpu {r['cpu']:.0%}, {r['chunks_s']:,.0f} tok/s, bound: {r['bound']}",
                         flush=True,
@@ -129,9 +138,9 @@ def main() -> None:
           "| client loop busy | output tok/s | client-bound |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        how = f"spin {r['spin_ms']:g} ms" if r["spin_ms"] else "asyncio.sleep only"
         print(
-            f"| {r['rate']:g} | {how} | {r['sent']} | {r['lag_p50']:.3f} | {r['lag_p99']:.3f} "
+            f"| {r['rate']:g} | {r['mode']} | {r['sent']} | {r['lag_p50']:.3f} "
+            f"| {r['lag_p99']:.3f} "
             f"| {r['lag_p999']:.3f} | {r['cpu']:.0%} | {r['chunks_s']:,.0f} "
             f"| {'yes' if r['bound'] else 'no'} |"
         )

@@ -53,6 +53,7 @@ from autotune.loadgen.datasets import (
 )
 from autotune.loadgen.estimate import LiveEstimate, ThroughputTracker
 from autotune.loadgen.metrics import Metrics, compute_metrics, with_client_load
+from autotune.loadgen.pacer import Pacer
 from autotune.loadgen.records import RequestRecord
 from autotune.loadgen.spec import LoadSpec
 from autotune.loadgen.sse import SSEParser
@@ -253,7 +254,8 @@ class _Stream:
     """The body sink of one streamed request: SSE events -> chunk times, text, usage."""
 
     __slots__ = (
-        "att", "chat", "parser", "first", "ctype", "err_body", "tracker", "require_done", "finished"
+        "att", "chat", "parser", "first", "ctype", "err_body", "tracker", "require_done",
+        "finished", "pacer",
     )  # fmt: skip
 
     def __init__(
@@ -263,7 +265,10 @@ class _Stream:
         tracker: ThroughputTracker | None,
         *,
         require_done: bool = True,
+        pacer: Pacer | None = None,
     ) -> None:
+        self.pacer = pacer
+        """The open loop's armed write, fired from here when it falls due (:mod:`.pacer`)."""
         self.att = att
         self.require_done = require_done
         self.finished = False
@@ -283,6 +288,10 @@ class _Stream:
 
     def data(self, raw: bytes) -> bool:
         """One network read of body bytes; True stops the response (an error is recorded)."""
+        now = perf_counter()
+        pacer = self.pacer
+        if pacer is not None and now >= pacer.due:
+            pacer.fire_from_read()
         if self.err_body is not None:
             if len(self.err_body) < _ERROR_BODY_BYTES:
                 self.err_body += raw
@@ -290,7 +299,6 @@ class _Stream:
         att = self.att
         if att.done_time is not None:
             return False  # after [DONE]: the rest is drained so the connection is reused
-        now = perf_counter()
         if not self.first:
             self.first = raw
         texts = 0
@@ -357,7 +365,66 @@ class _Stream:
                 )
 
 
-def _request(
+class _Prepared:
+    """One streamed request ready to go: body rendered, sink made; :meth:`fire` writes it
+    (on its open keep-alive connection at once), :meth:`complete` gives its record."""
+
+    __slots__ = (
+        "conn",
+        "request",
+        "stream",
+        "index",
+        "timeout_s",
+        "base",
+        "due",
+        "send",
+        "started",
+    )
+
+    def __init__(
+        self,
+        conn: WorkerConnection,
+        request: bytes,
+        stream: _Stream,
+        *,
+        index: int,
+        timeout_s: float,
+        base: str,
+        due: float | None,
+    ) -> None:
+        self.conn, self.request, self.stream = conn, request, stream
+        self.index, self.timeout_s, self.base, self.due = index, timeout_s, base, due
+        self.send: float | None = None
+        self.started: asyncio.Future[None] | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.send is not None
+
+    def fire(self) -> None:
+        """Write the request now (once); a connection still to open is opened and written by
+        :meth:`complete`."""
+        if self.send is None:
+            self.send = perf_counter()
+            self.started = self.conn.start_now(self.request, self.stream)
+
+    def complete(self) -> Awaitable[RequestRecord]:
+        self.fire()
+        assert self.send is not None
+        return _complete(
+            self.conn,
+            self.request,
+            self.stream,
+            self.started,
+            send=self.send,
+            index=self.index,
+            timeout_s=self.timeout_s,
+            base=self.base,
+            due=self.due,
+        )
+
+
+def _prepare(
     conn: WorkerConnection,
     request: bytes,
     *,
@@ -368,25 +435,11 @@ def _request(
     tracker: ThroughputTracker | None,
     require_done: bool = True,
     due: float | None = None,
-) -> Awaitable[RequestRecord]:
-    """Send one streamed request; the awaitable gives its record. The request is written
-    before this returns when its connection is open (an open loop's send lag is then the
-    dispatcher's alone, not an event-loop round trip more)."""
-    att = _Attempt()
-    stream = _Stream(att, chat, tracker, require_done=require_done)
-    send = perf_counter()
-    started = conn.start_now(request, stream)
-    return _complete(
-        conn,
-        request,
-        stream,
-        started,
-        send=send,
-        index=index,
-        timeout_s=timeout_s,
-        base=base,
-        due=due,
-    )
+    pacer: Pacer | None = None,
+) -> _Prepared:
+    """One streamed request, not written yet (see :class:`_Prepared`)."""
+    stream = _Stream(_Attempt(), chat, tracker, require_done=require_done, pacer=pacer)
+    return _Prepared(conn, request, stream, index=index, timeout_s=timeout_s, base=base, due=due)
 
 
 async def _complete(
@@ -440,7 +493,8 @@ class _WarmupFailed(Exception):
         self.record = record
 
 
-Send = Callable[[int, int, "float | None"], Awaitable[RequestRecord]]
+Prepare = Callable[[int, int, "float | None", "Pacer | None"], _Prepared]
+"""(index, connection, due time, pacer) -> the request, ready to fire."""
 """Dispatch request ``index`` on connection ``conn``; ``due``: when the open loop's schedule
 wanted it sent (``None`` in a closed loop)."""
 
@@ -572,9 +626,9 @@ class _Loop:
 class _ClosedLoop(_Loop):
     """C workers sharing one dispatch counter; records land in completion order."""
 
-    def __init__(self, send: Send, *, workers: int, **rules: Any) -> None:
+    def __init__(self, prepare: Prepare, *, workers: int, **rules: Any) -> None:
         super().__init__(**rules)
-        self.send = send
+        self.prepare = prepare
         self.workers = workers
 
     def _start(self) -> None:
@@ -585,7 +639,7 @@ class _ClosedLoop(_Loop):
         while self._dispatching():
             index = self.next_index
             self.next_index += 1
-            self._settle(await self.send(index, worker_id, None))
+            self._settle(await self.prepare(index, worker_id, None, None).complete())
 
 
 class _OpenLoop(_Loop):
@@ -594,16 +648,21 @@ class _OpenLoop(_Loop):
     a slot is due when the slot frees). Each in-flight request holds one pooled
     keep-alive connection.
 
-    Timing: the dispatcher sleeps until ``SPIN_S`` before a request is due, then yields to
-    the event loop until it is: asyncio's timers wake up to a millisecond late (epoll's
-    resolution), which the send lag would otherwise show.
+    Timing: the dispatcher sleeps until ``SPIN_S`` before a request is due (asyncio's
+    timers wake up to a millisecond late: epoll's resolution), prepares it (body rendered,
+    connection opened), arms the :class:`~autotune.loadgen.pacer.Pacer` with it and yields
+    to the event loop until it is due. Whichever sees it due first writes it: the dispatcher
+    between two loop iterations, or any stream read between two callbacks of one iteration
+    (a batched decode step makes every stream readable at once). ``PACE = False`` leaves the
+    write to the dispatcher alone (``benchmarks/send_lag.py`` compares the two).
     """
 
     SPIN_S = 0.002
+    PACE = True
 
     def __init__(
         self,
-        send: Send,
+        prepare: Prepare,
         *,
         schedule: ArrivalSchedule,
         start: float,
@@ -613,7 +672,8 @@ class _OpenLoop(_Loop):
     ) -> None:
         super().__init__(**rules)
         self.prefetch = prefetch
-        self.send = send
+        self.prepare = prepare
+        self.pacer = Pacer() if self.PACE else None
         self.schedule = schedule
         self.start = start
         self.slots = None if max_concurrency is None else asyncio.Semaphore(max_concurrency)
@@ -632,6 +692,7 @@ class _OpenLoop(_Loop):
 
     async def _dispatch(self) -> None:
         loop_time = perf_counter
+        pacer = self.pacer
         while self._dispatching():
             index = self.next_index
             due = self.start + self.schedule.offset(index)
@@ -642,8 +703,6 @@ class _OpenLoop(_Loop):
             wait = due - loop_time() - self.SPIN_S
             if wait > 0:
                 await asyncio.sleep(wait)
-            while loop_time() < due:
-                await asyncio.sleep(0)
             if self.slots is not None:
                 await self.slots.acquire()
                 due = max(due, self._free_since.popleft())
@@ -652,8 +711,20 @@ class _OpenLoop(_Loop):
                 return
             self.next_index += 1
             conn = self._idle.pop() if self._idle else self._open()
-            pending = self.send(index, conn, due)  # written now on an open connection
-            self._spawn(self._one(pending, conn))
+            request = self.prepare(index, conn, due, pacer)
+            try:
+                await request.conn.open_ahead()
+                if pacer is not None:
+                    pacer.arm(due, request.fire)
+                while not request.fired and loop_time() < due:
+                    await asyncio.sleep(0)
+            except BaseException:
+                if pacer is not None:
+                    pacer.disarm()  # cancelled: nobody would await its answer
+                raise
+            if pacer is not None:
+                pacer.fire()  # unless a stream read fired it already
+            self._spawn(self._one(request.complete(), conn))
 
     def _release(self) -> None:
         if self.slots is not None:
@@ -769,14 +840,14 @@ class LoadSession:
             self._conns.append(WorkerConnection(self.target, connect_timeout_s=timeout))
         return self._conns[i]
 
-    def _sender(self, spec: LoadSpec) -> Send:
+    def _preparer(self, spec: LoadSpec) -> Prepare:
         path = endpoint(spec.api)
         chat = spec.api == "chat"
 
-        def send(index: int, conn: int, due: float | None) -> Awaitable[RequestRecord]:
+        def prepare(index: int, conn: int, due: float | None, pacer: Pacer | None) -> _Prepared:
             assert self._bodies is not None
             body = self._bodies.next()
-            return _request(
+            return _prepare(
                 self._conn(conn),
                 self.target.request_head("POST", path, _STREAM_HEADERS, len(body)) + body,
                 index=index,
@@ -786,15 +857,16 @@ class LoadSession:
                 tracker=self._tracker,
                 require_done=spec.require_done,
                 due=due,
+                pacer=pacer,
             )
 
-        return send
+        return prepare
 
     async def warm_up(self, *, on_phase: PhaseCallback | None = None) -> float:
         """The session's discarded warm-up requests; seconds taken."""
         assert self._bodies is not None
         self._bodies.reserve(self.spec.warmup_requests or 0)
-        return await _warm_up(self.spec, self._sender(self.spec), self.base, self.limit, on_phase)
+        return await _warm_up(self.spec, self._preparer(self.spec), self.base, self.limit, on_phase)
 
     async def measure(
         self,
@@ -831,13 +903,13 @@ class LoadSession:
         }
         loop: _Loop
         if spec.request_rate is None:
-            loop = _ClosedLoop(self._sender(spec), workers=spec.streams, **rules)
+            loop = _ClosedLoop(self._preparer(spec), workers=spec.streams, **rules)
         else:
             schedule = ArrivalSchedule(
                 rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed
             )
             loop = _OpenLoop(
-                self._sender(spec),
+                self._preparer(spec),
                 schedule=schedule,
                 start=t0,
                 max_concurrency=spec.max_concurrency,
@@ -939,7 +1011,7 @@ async def arun_load(
 
 async def _warm_up(
     spec: LoadSpec,
-    send: Send,
+    prepare: Prepare,
     base: str,
     limit: Deadline,
     on_phase: PhaseCallback | None,
@@ -954,7 +1026,7 @@ async def _warm_up(
         on_phase("warmup")
     t0 = perf_counter()
     warm = _ClosedLoop(
-        send,
+        prepare,
         workers=min(spec.max_concurrency or spec.concurrency, n_warm),
         count=n_warm,
         dispatch_until=None,

@@ -355,6 +355,22 @@ class WorkerConnection:
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
         return conn
 
+    async def open_ahead(self) -> None:
+        """Open the connection now unless an idle one is open, so that a request written
+        later leaves at once (:meth:`start_now`); a failure is left to :meth:`exchange`,
+        which opens it again and reports it."""
+        conn = self._conn
+        if conn is not None and conn.reusable:
+            return
+        if conn is not None:
+            conn.abort()
+        self._conn = None
+        try:
+            self._conn = await self._connect()
+        except (httpx.HTTPError, OSError):
+            return
+        self._conn.reusable = True  # open, and nothing written on it yet
+
     async def exchange(self, request: bytes, sink: BodySink) -> None:
         """Send ``request`` (head + body) and feed the response to ``sink`` until it ends."""
         conn = self._conn

@@ -94,9 +94,9 @@ class Explainer:
         )
         stopped: str | None = None
         self.active = True
+        runs = load_runs(ctx.study)  # read once: from here on, only this loop adds runs
         try:
             while True:
-                runs = load_runs(ctx.study)
                 step = planner.next(runs, state)
                 if isinstance(step, Finished):
                     if not step.complete:
@@ -107,7 +107,7 @@ class Explainer:
                     state = step.state
                     self._store(STATE_ATTR, state.model_dump(mode="json"))
                     ctx.progress.message(step.message)
-                    self._store_result(planner, state, what, unit, stopped=None, partial=True)
+                    self._store_result(planner, state, runs, what, unit, stopped=None, partial=True)
                     continue
                 assert isinstance(step, Measure)
                 if settings.budget is not None and self.measured >= settings.budget:
@@ -115,15 +115,17 @@ class Explainer:
                     ctx.progress.message(f"explanation stopped: {stopped}")
                     break
                 index = len(runs.get(step.key, ()))
-                self._measure(step, index=index, state=state)
+                runs.setdefault(step.key, []).append(self._measure(step, index=index, state=state))
                 state = state.model_copy(update={"runs": state.runs + 1})
                 self._store(STATE_ATTR, state.model_dump(mode="json"))
         finally:
             self.active = False
-        result = self._store_result(planner, state, what, unit, stopped=stopped, partial=False)
+        result = self._store_result(
+            planner, state, runs, what, unit, stopped=stopped, partial=False
+        )
         return result
 
-    def _measure(self, step: Measure, *, index: int, state: ExplainState) -> None:
+    def _measure(self, step: Measure, *, index: int, state: ExplainState) -> ExplainRun:
         ctx = self.ctx
         t0 = time.monotonic()
         ctx.progress.trial_started(
@@ -154,11 +156,13 @@ class Explainer:
         self.measured += 1
         outcome.record = record
         self.report(state.winner, outcome, elapsed)
+        return run
 
     def _store_result(
         self,
         planner: Planner,
         state: ExplainState,
+        runs: dict[str, list[ExplainRun]],
         what: str,
         unit: str,
         *,
@@ -166,7 +170,7 @@ class Explainer:
         partial: bool,
     ) -> Explanation:
         result = planner.explanation(
-            load_runs(self.ctx.study),
+            runs,
             state,
             unit=unit,
             objective=what,
