@@ -100,6 +100,11 @@ class TrialReport:
         )
 
 
+def _counter(index: int, total: int) -> str:
+    """``3/12``; ``3`` where the total is not known ahead (an explanation's runs)."""
+    return f"{index}/{total}" if total > 0 else str(index)
+
+
 class PlainProgress:
     """One line per trial; used when stdout is not a terminal (CI logs, pipes)."""
 
@@ -119,7 +124,7 @@ class PlainProgress:
         config: Mapping[str, object],
         kind: str = "trial",
     ) -> None:
-        self._prefix = f"{kind} {index}/{total} (#{number})"
+        self._prefix = f"{kind} {_counter(index, total)} (#{number})"
 
     def phase(self, name: str) -> None:
         self._phase = name
@@ -160,7 +165,8 @@ class RichProgress:
         phase = getattr(self, "_phase", "starting")
         started = getattr(self, "_phase_started", time.monotonic())
         table.add_row(
-            getattr(self, "_kind", "trial"), f"{index}/{total} (#{getattr(self, '_number', 0)})"
+            getattr(self, "_kind", "trial"),
+            f"{_counter(index, total)} (#{getattr(self, '_number', 0)})",
         )
         table.add_row("phase", f"{phase} ({time.monotonic() - started:.1f}s)")
         table.add_row("this trial", Text(getattr(self, "_last", "-")))
@@ -192,7 +198,8 @@ class RichProgress:
     def trial_finished(self, report: TrialReport) -> None:
         self._last = f"#{report.number}: {report.outcome()}"
         self._best = report.best_text()
-        line = Text(f"{getattr(self, '_kind', 'trial')} {self._index}/{self._total}", style="dim")
+        counter = _counter(self._index, self._total)
+        line = Text(f"{getattr(self, '_kind', 'trial')} {counter}", style="dim")
         line.append(f" {self._last}")  # text from servers and logs: never parsed as markup
         self._console.print(line, highlight=False)
         self._refresh()
