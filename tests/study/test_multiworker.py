@@ -127,7 +127,7 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     url = server.url(server.create_database())
     study_file = _study_file(tmp_path)
     marker = f"multiworker-{os.getpid()}-{time.time_ns()}"
-    trials = 24
+    trials = 16
     # w3 drives a deployment of its own (--deployment), the others the study file's.
     own = yaml.safe_load((REPO / "launchers" / "sim-dsv4-flash-pd.yaml").read_text())
     own["name"] = "sim-node-b"
@@ -254,7 +254,7 @@ def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: P
     url = server.url(server.create_database())
     study_file = _study_file(tmp_path, lease_s=30.0)
     marker = f"multiworker-db-{os.getpid()}-{time.time_ns()}"
-    trials = 20
+    trials = 12
     procs = [_worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")]
     try:
         _wait_phase(url, "a", after_done=2, timeout=240)
