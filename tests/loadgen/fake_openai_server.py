@@ -37,6 +37,9 @@ class Behaviour:
     fail_mode: str = "error_event"
     slow_every: int = 0
     slow_extra_ttft_s: float = 0.0
+    slow_at: frozenset[int] = frozenset()
+    """Requests (0-based, counting from the server's start) that get ``slow_extra_ttft_s``
+    once: a transient stall, like a GC pause."""
     crlf: bool = False
     coalesce: bool = False
     """Write all events of a request in one network write."""
@@ -156,7 +159,7 @@ def _make_app(server: FakeServer) -> web.Application:
                 await server._queue.acquire()
                 queued = server._queue
             ttft = b.ttft_s
-            if b.slow_every and (index + 1) % b.slow_every == 0:
+            if (b.slow_every and (index + 1) % b.slow_every == 0) or index in b.slow_at:
                 ttft += b.slow_extra_ttft_s
             if ttft:
                 await asyncio.sleep(ttft)

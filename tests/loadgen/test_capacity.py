@@ -63,7 +63,13 @@ def test_a_start_that_fails_ramps_down(slotted: FakeServer) -> None:
     search = CapacitySearch(start=200.0, floor=1.0, precision=0.3, budget_s=60)
     result, _ = find_capacity(slotted.url, load(duration_s=0.6), search)
     assert result.probes[0].x == 200.0 and not result.probes[0].ok
-    assert [p.x for p in result.probes[:3]] == [200.0, 100.0, 50.0]
+    # Each failing load is measured twice (confirm=1) before the ramp goes down.
+    assert [(p.x, p.retry) for p in result.probes[:4]] == [
+        (200.0, 0),
+        (200.0, 1),
+        (100.0, 0),
+        (100.0, 1),
+    ]
     assert result.capacity > 0 and result.metrics is not None
     assert result.metrics.request_throughput <= SERVICE_RATE
 
@@ -74,7 +80,37 @@ def test_no_load_meets_an_impossible_slo(slotted: FakeServer) -> None:
     result, _ = find_capacity(slotted.url, load(duration_s=0.5, slo=SLO(ttft_ms=0.001)), search)
     assert result.capacity == 0.0 and result.metrics is None
     assert "no load down to 1" in result.stop_reason
-    assert [p.x for p in result.probes] == [4.0, 2.0, 1.0]
+    assert [p.x for p in result.probes] == [4.0, 4.0, 2.0, 2.0, 1.0, 1.0]
+    assert all(p.violations for p in result.probes)
+    # confirm=0: every load once.
+    once = CapacitySearch(start=4.0, floor=1.0, budget_s=60, confirm=0)
+    result, _ = find_capacity(slotted.url, load(duration_s=0.5, slo=SLO(ttft_ms=0.001)), once)
+    assert [(p.x, p.retry) for p in result.probes] == [(4.0, 0), (2.0, 0), (1.0, 0)]
+
+
+def test_a_transient_stall_is_confirmed_before_it_bounds_capacity(slotted: FakeServer) -> None:
+    """One request stalled 1 s in the first probe (its p99 is that request): without a second
+    measurement the search takes 4 req/s as failing and ramps down; with it, the stall is
+    not seen again and the ramp goes on to the server's real bracket."""
+    spec = load(duration_s=0.8)
+    found = {}
+    for confirm in (0, 1):
+        slotted.reset_counters()
+        slotted.behaviour.slow_extra_ttft_s = 1.0
+        # Requests 0-1 are the warm-up (after the model listing); 3 is in the first probe.
+        slotted.behaviour.slow_at = frozenset({slotted.requests + 3})
+        search = CapacitySearch(start=4.0, precision=0.15, budget_s=60, confirm=confirm)
+        result, _ = find_capacity(slotted.url, spec, search)
+        first = result.probes[0]
+        assert first.x == 4.0 and not first.ok, first.violations
+        assert any(v.startswith("ttft_p99") for v in first.violations)
+        found[confirm] = result
+    assert found[0].capacity < 4.0 and found[0].probes[1].x < 4.0
+    again = found[1].probes[1]
+    assert (again.x, again.retry, again.ok) == (4.0, 1, True)
+    assert found[1].capacity >= 6.0 and found[1].precision_reached
+    # The stalled measurement stays on record with the trial.
+    assert found[1].probes[0].summary(over="rate")["retry"] == 0
 
 
 def test_the_limit_ends_the_ramp(slotted: FakeServer) -> None:
