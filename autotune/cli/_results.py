@@ -107,8 +107,8 @@ def best(
     if isinstance(written, str):
         sys.stdout.write(written if written.endswith("\n") else written + "\n")
     else:
-        for path in written:
-            console.print(str(path), highlight=False, markup=False)
+        for path in written:  # one path a line, never wrapped: scripts read these
+            console.print(str(path), highlight=False, markup=False, soft_wrap=True)
 
 
 def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
@@ -242,7 +242,7 @@ def report(
     opened = open_existing(study, storage)
     with writing("--out"):
         path = write_report(opened, path=target)
-    console.print(f"report written: {path}", highlight=False, markup=False)
+    console.print(f"report written: {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 @friendly

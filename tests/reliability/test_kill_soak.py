@@ -14,9 +14,11 @@ import time
 import uuid
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 from reliability_support import (
+    STUDY,
     assert_consistent,
     db_path,
     kill_all,
@@ -30,8 +32,17 @@ AHEAD = 3
 """Each cycle asks for 3 more trials than the study holds, so there is always work to cut."""
 
 
-def _completed(db: Path) -> int:
+def _has_study(db: Path) -> bool:
+    """Whether the study exists: a kill early in a cycle (slow starts on a busy machine) can
+    land before the run created it, leaving a database with no study (or no tables) in it:
+    nothing stored, nothing to check, and the next cycle creates it."""
     if not db.exists():
+        return False
+    return STUDY in optuna.get_all_study_names(storage=f"sqlite:///{db}")
+
+
+def _completed(db: Path) -> int:
+    if not _has_study(db):
         return 0
     return len([t for t in trials_of(db) if t.state == TrialState.COMPLETE])
 
@@ -53,7 +64,7 @@ def _soak(tmp_path: Path, cycles: int) -> dict[str, int]:
                 proc.kill()
                 kills += 1
             proc.communicate(timeout=60)
-            if db.exists():
+            if _has_study(db):
                 assert_consistent(db, finished=False)
         target = _completed(db) + 2
         final = run_cli(tmp_path, "--trials", str(target), extra_env=env, timeout=600)

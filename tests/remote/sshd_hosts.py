@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -55,6 +56,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,7 @@ SSHD = "/usr/sbin/sshd"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ROLES = ("prefill", "decode")
 NS_PREFIX = "at-"
+SUBNET_LOCK = "/tmp/autotune-sshd-lab-subnets.lock"
 OWNER_FILE = "owner.pid"  # in the lab directory: the pid of the process that built it
 _NS_RE = re.compile(r"^at-(prefill|decode)-(\d+)$")
 _SSHD_CMD_RE = re.compile(r"^(?:sshd: )?" + re.escape(SSHD) + r" -D -f (\S+) -E ")
@@ -466,6 +469,18 @@ def _kill_stale_sshd(me: int) -> None:
             _kill_tree(int(entry.name))
 
 
+@contextlib.contextmanager
+def _subnet_lock() -> Iterator[None]:
+    """Held from reading the free subnets to assigning them: two test processes (xdist
+    workers) picking at once would both take the first free one."""
+    with open(SUBNET_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _free_subnets(count: int) -> list[int]:
     used = set(re.findall(r"\b10\.231\.(\d+)\.", _run(["ip", "-o", "-4", "addr", "show"])))
     free = [x for x in range(1, 255) if str(x) not in used]
@@ -525,8 +540,9 @@ def build_lab(root: Path) -> SSHLab:
         )
         servers = [loopback]
         try:
-            for role, subnet in zip(ROLES, _free_subnets(len(ROLES)), strict=True):
-                lab.namespaces[role] = _make_namespace(role, subnet)
+            with _subnet_lock():  # xdist workers build their labs side by side
+                for role, subnet in zip(ROLES, _free_subnets(len(ROLES)), strict=True):
+                    lab.namespaces[role] = _make_namespace(role, subnet)
         except Exception as exc:  # no CAP_SYS_ADMIN / CAP_NET_ADMIN: loopback only
             lab.namespace_error = f"cannot create network namespaces: {exc}"
             for ns in lab.namespaces.values():

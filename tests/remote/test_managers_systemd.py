@@ -341,7 +341,11 @@ def test_stop_sends_sigkill_after_the_grace_period(fake: FakeSystemd, tmp_path: 
     pid = fake.main_pid(UNIT)
     t0 = time.monotonic()
     mgr.stop("decode", grace_s=0.5)
-    assert 0.4 <= time.monotonic() - t0 < 4.5  # before the fake's own 5 s stop timeout
+    # The service ignores SIGTERM and the manager stops with --no-block (the fake's own stop
+    # timeout never fires): only the manager's SIGKILL can have ended it, after the grace.
+    # The grace is counted in poll ticks, each a `systemctl is-active` (a Python start in the
+    # fake): seconds apiece on a busy machine, hence the loose upper bound.
+    assert 0.4 <= time.monotonic() - t0 < 30
     assert not running(pid) and not mgr.alive("decode")
 
 
