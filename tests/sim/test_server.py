@@ -309,7 +309,9 @@ def test_startup_is_fast() -> None:
         proc.terminate()
         proc.wait(5)
     assert code == 503
-    assert elapsed < 1.0  # < 0.5 s on an idle machine; slack for loaded CI
+    # /health answers (503) while the 5 s model load runs, not after it: < 0.5 s on an idle
+    # machine, 1.9 s beside two other xdist workers on 2 cores.
+    assert elapsed < 3.5
 
 
 def test_combined_server_prefills_then_decodes(launcher: Launcher) -> None:
