@@ -268,3 +268,17 @@ def test_bench_runs_an_open_loop_on_a_shared_prefix_dataset(tmp_path: Path) -> N
             "bench", "--url", server.url, "--burstiness", "0.5", cwd=tmp_path, check=False
         )
         assert bad.returncode == 2 and "--request-rate" in bad.stderr
+
+
+def test_say_never_wraps_what_scripts_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """Output that is not a terminal is 80 columns to rich: a long path printed through the
+    shared console would break in two (`best --export` printed its files so)."""
+    from autotune.cli._common import console, say
+
+    path = "/tmp/" + "/".join(["a-rather-long-directory-name"] * 20) + "/trial-1-minimal.env.sh"
+    assert console.width < len(path)
+    say(path)
+    say(f"report written: {path} [bold]x[/]", err=True)
+    out, err = capsys.readouterr()
+    assert out == path + "\n"
+    assert err == f"report written: {path} [bold]x[/]\n"  # no markup either

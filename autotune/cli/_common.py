@@ -28,6 +28,14 @@ DEFAULT_STUDY = "dsv4-flash-sim"
 console = Console()
 err_console = Console(stderr=True)
 
+
+def say(text: str | Text, *, err: bool = False) -> None:
+    """One line as given, to stdout (stderr with ``err``): no markup or highlighting (it quotes
+    what users wrote) and no wrapping: rich wraps at 80 columns when the output is not a
+    terminal, which would break the paths and commands that scripts read from it."""
+    (err_console if err else console).print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 StudyOpt = typer.Option(
@@ -65,10 +73,10 @@ def friendly(func: F) -> F:
             # Text, not markup: the message quotes what the user wrote ("[/]" included).
             text = one_line(scrub_text(str(exc)))  # a driver may quote a password
             message = Text.assemble(("error:", "bold red"), " ", text)
-            err_console.print(message, highlight=False, markup=False, soft_wrap=True)
+            say(message, err=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted", highlight=False, markup=False)
+            say("interrupted", err=True)
             raise typer.Exit(code=130) from None
 
     return wrapper  # type: ignore[return-value]

@@ -19,9 +19,9 @@ from autotune.cli._common import (
     StudyOpt,
     check_study,
     console,
-    err_console,
     friendly,
     open_existing,
+    say,
     shown,
     storage_url,
     study_file_path,
@@ -121,22 +121,17 @@ def explain(
     finally:
         progress.close()
     if summary.interrupted:
-        err_console.print(
+        say(
             f"interrupted after {summary.explained} runs this time; the study holds every run "
             f"and decision taken. Resume with the same command: autotune explain --study {study}",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
+            err=True,
         )
         raise typer.Exit(code=130)
     assert result is not None
     print_explanation(result)
-    console.print(
+    say(
         f"done: {summary.explained} runs in {summary.seconds:.0f}s. Next: autotune best "
-        f"--study {study} --minimal, autotune report --study {study}",
-        soft_wrap=True,
-        highlight=False,
-        markup=False,
+        f"--study {study} --minimal, autotune report --study {study}"
     )
 
 

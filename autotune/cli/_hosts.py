@@ -15,10 +15,10 @@ from autotune.cli._common import (
     StorageOpt,
     StudyOpt,
     check_study,
-    console,
     deployment_context,
     friendly,
     open_existing,
+    say,
 )
 from autotune.errors import AutotuneError, ConfigError
 
@@ -37,12 +37,10 @@ def restore(
     specs = render(space, deployment, space.baseline_config(), run_dir=run_dir)
     launcher = make_launcher(deployment, run_dir=run_dir)
     try:
-        done = launcher.restore(
-            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False, markup=False)
-        )
+        done = launcher.restore(specs, on_event=lambda s, e: say(f"{s}: {e}"))
     finally:
         launcher.detach()
-    console.print(f"restored: {', '.join(done) or 'nothing to do'}", highlight=False, markup=False)
+    say(f"restored: {', '.join(done) or 'nothing to do'}")
 
 
 @friendly
@@ -79,17 +77,12 @@ def apply(
     specs = render(space, deployment, space.complete(chosen.config), run_dir=run_dir)
     launcher = make_launcher(deployment, run_dir=run_dir)
     try:
-        result = launcher.apply(
-            specs, on_event=lambda s, e: console.print(f"{s}: {e}", highlight=False, markup=False)
-        )
+        result = launcher.apply(specs, on_event=lambda s, e: say(f"{s}: {e}"))
     except BaseException:
         launcher.close()
         raise
     launcher.detach()
-    console.print(
+    say(
         f"trial {chosen.number} installed ({', '.join(result.restarted) or 'nothing restarted'}); "
-        f"endpoint {deployment.endpoint_url(specs)}; undo with `autotune restore --study {study}`",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+        f"endpoint {deployment.endpoint_url(specs)}; undo with `autotune restore --study {study}`"
     )

@@ -23,9 +23,9 @@ from autotune.cli._common import (
     check_study,
     console,
     deployment_context,
-    err_console,
     friendly,
     open_existing,
+    say,
     storage_url,
     study_file_path,
     writing,
@@ -108,7 +108,7 @@ def best(
         sys.stdout.write(written if written.endswith("\n") else written + "\n")
     else:
         for path in written:  # one path a line, never wrapped: scripts read these
-            console.print(str(path), highlight=False, markup=False, soft_wrap=True)
+            say(str(path))
 
 
 def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
@@ -127,11 +127,10 @@ def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
     m = explanation.minimal
     assert m is not None
     if not m.complete:
-        err_console.print(
+        say(
             "note: the minimal-winner search did not finish (resume it with `autotune "
             "explain`): this is the smallest set found so far",
-            highlight=False,
-            markup=False,
+            err=True,
         )
     if not show:
         return trial
@@ -242,7 +241,7 @@ def report(
     opened = open_existing(study, storage)
     with writing("--out"):
         path = write_report(opened, path=target)
-    console.print(f"report written: {path}", highlight=False, markup=False, soft_wrap=True)
+    say(f"report written: {path}")
 
 
 @friendly

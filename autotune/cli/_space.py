@@ -18,11 +18,10 @@ from autotune.cli._common import (
     StorageOpt,
     StudyOpt,
     check_study,
-    console,
     deployment_context,
-    err_console,
     friendly,
     open_existing,
+    say,
 )
 from autotune.errors import AutotuneError, ConfigError
 
@@ -94,15 +93,12 @@ def space_check(
     from autotune.space.summary import summarize
 
     space = load_space(path)
-    console.print(str(summarize(space)), highlight=False, markup=False, soft_wrap=True)
+    say(str(summarize(space)))
     targets = _space_deployments(path, space, deployment)
     if not targets:
-        console.print(
+        say(
             "no deployment given and no study under studies/ uses this space: only the "
-            "space's own flags were checked (give --deployment FILE)",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+            "space's own flags were checked (give --deployment FILE)"
         )
         return
     findings, checked, unchecked = check_commands(space, targets, samples=sample, seed=seed)
@@ -112,25 +108,14 @@ def space_check(
     against = ", ".join(dict.fromkeys(f"{e.name} {e.version or '(unchecked)'}" for e in engines))
     errors = [f for f in findings if f.severity == "error"]
     for finding in findings:
-        (err_console if finding.severity == "error" else console).print(
-            str(finding), highlight=False, markup=False, soft_wrap=True
-        )
+        say(str(finding), err=finding.severity == "error")
     for item in sorted(unchecked):
-        console.print(
-            f"not checked (no manifest for its program): {item}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+        say(f"not checked (no manifest for its program): {item}")
     verdict = "FAILED" if errors else "ok"
-    console.print(
+    say(
         f"{verdict}: {checked} commands ({1 if space.has_baseline else 0} baseline + {sample} "
         f"sampled configs x {len(targets)} deployment(s): {', '.join(targets)}) checked "
-        f"against {against}"
-        + f": {len(errors)} error(s), {len(findings) - len(errors)} warning(s)",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+        f"against {against}" + f": {len(errors)} error(s), {len(findings) - len(errors)} warning(s)"
     )
     if errors:
         raise typer.Exit(1)
@@ -213,7 +198,7 @@ def space_render(
         sys.stdout.write(json.dumps([r.as_json() for r in rendered], indent=2) + "\n")
         return
     for item in rendered:
-        console.print(item.as_text(), highlight=False, markup=False, soft_wrap=True)
+        say(item.as_text())
 
 
 def _given_config(space: Any, config: str) -> Any:

@@ -13,11 +13,10 @@ from autotune.cli._common import (
     StorageOpt,
     StudyOpt,
     check_study,
-    console,
-    err_console,
     friendly,
     one_line,
     open_existing,
+    say,
     shown,
     storage_url,
 )
@@ -46,7 +45,7 @@ def migrate(
     from autotune.study.migrate import migrate_study
 
     def progress(line: str) -> None:
-        err_console.print(one_line(line), highlight=False, markup=False, soft_wrap=True)
+        say(one_line(line), err=True)
 
     try:
         report = migrate_study(
@@ -56,18 +55,14 @@ def migrate(
             progress=None if quiet else progress,
         )
     except KeyboardInterrupt:
-        err_console.print(
-            "interrupted: nothing was kept in the target; the source is unchanged",
-            highlight=False,
-            markup=False,
-        )
+        say("interrupted: nothing was kept in the target; the source is unchanged", err=True)
         raise typer.Exit(code=130) from None
     counts = ", ".join(f"{n} {s.lower()}" for s, n in report.trials.items()) or "none"
     versions = ", ".join(
         f"{n} {'unreadable' if v == 'unreadable' else f'v{v}'}"
         for v, n in report.schema_versions.items()
     )
-    console.print(
+    say(
         one_line(
             f"migrated study {report.study_name!r} from {report.source} to {report.target}: "
             f"{report.total_trials} trials ({counts}) with trial records {versions or 'none'}, "
@@ -75,10 +70,7 @@ def migrate(
             f"{report.study_system_attrs} system study attributes, in {report.seconds:.1f}s; "
             "verified field by field. The source is unchanged. Next: run the workers with "
             f"--study {report.study_name} --storage <the --to URL>"
-        ),
-        soft_wrap=True,
-        highlight=False,
-        markup=False,
+        )
     )
 
 
@@ -97,9 +89,5 @@ def dashboard(
     check_study(study)
     open_existing(study, storage)
     url = storage_url(study, storage)
-    console.print(
-        f"optuna-dashboard on http://{host}:{port} for {shown(url)} (Ctrl-C to stop)",
-        highlight=False,
-        markup=False,
-    )
+    say(f"optuna-dashboard on http://{host}:{port} for {shown(url)} (Ctrl-C to stop)")
     serve_dashboard(url, host=host, port=port)

@@ -473,12 +473,9 @@ def _kill_stale_sshd(me: int) -> None:
 def _subnet_lock() -> Iterator[None]:
     """Held from reading the free subnets to assigning them: two test processes (xdist
     workers) picking at once would both take the first free one."""
-    with open(SUBNET_LOCK, "a") as handle:
+    with open(SUBNET_LOCK, "a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def _free_subnets(count: int) -> list[int]:
