@@ -115,8 +115,13 @@ def test_a_capacity_trial_stores_its_search_and_curve(launcher: LocalLauncher) -
     xs = [pt["x"] for pt in record.curve]
     assert xs == sorted(xs) and len(xs) == cap["probes"]
     assert cap["capacity"] in xs and 0.5 in xs  # rates of the modeled hardware
-    at = next(pt for pt in record.curve if pt["x"] == cap["capacity"])
+    # The verdict at capacity is its last measurement: a failing first one is confirmed
+    # (re-measured) before it bounds the search, and the curve keeps both, in order.
+    at_capacity = [pt for pt in record.curve if pt["x"] == cap["capacity"]]
+    at = at_capacity[-1]
     assert at["ok"] and at["tpot_p99"] <= SLO_MS["tpot_p99_ms"]
+    assert [pt["retry"] for pt in at_capacity] == list(range(len(at_capacity)))
+    assert all(not pt["ok"] for pt in at_capacity[:-1])
     above = [pt for pt in record.curve if pt["x"] > cap["capacity"]]
     assert all(not pt["ok"] and pt["violations"] for pt in above)
     assert outcome.feasible  # measured at capacity: every SLO holds there
