@@ -11,12 +11,19 @@ dispatcher's spin alone (``_OpenLoop.PACE = False``: written only between two ev
 iterations), and plain ``asyncio.sleep`` timers (no spin).
 
     .venv/bin/python benchmarks/send_lag.py --rates 8,16,32,64,128 --seconds 10
+
+Where a stall comes from: ``--pin`` gives the server the last CPU and the client the others
+(what is left is the client's own callbacks), ``--server-nice N`` runs the server at a lower
+priority, ``--own-session`` starts it in a session of its own (a scheduling group apart from
+the client where the kernel's autogroup is on, as the local launcher's services were); each
+row also counts the sends over 1 ms and the times the client was preempted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -39,7 +46,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    log: Path, *, cpus: set[int] | None = None, nice: int = 0, own_session: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {
         **os.environ,
@@ -57,7 +66,13 @@ def start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     fh = log.open("wb")
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=own_session
+    )
+    if cpus is not None:
+        os.sched_setaffinity(proc.pid, cpus)
+    if nice:
+        os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -91,7 +106,9 @@ def one(url: str, rate: float, seconds: float, mode: str) -> dict[str, float | s
         concurrency=8,
         request_timeout_s=60,
     )
+    before = resource.getrusage(resource.RUSAGE_SELF)
     result = run_load(url, spec)
+    after = resource.getrusage(resource.RUSAGE_SELF)
     m = result.metrics
     lags = np.array([r.send_lag_s for r in result.records if r.send_lag_s is not None]) * 1000
     p50, p99, p999 = np.percentile(lags, [50, 99, 99.9])
@@ -107,6 +124,8 @@ def one(url: str, rate: float, seconds: float, mode: str) -> dict[str, float | s
         "chunks_s": m.output_throughput,
         "bound": m.client_bound,
         "ttft_p50": m.ttft_ms.p50,
+        "late": int((lags > 1.0).sum()),
+        "preempted": after.ru_nivcsw - before.ru_nivcsw,
     }
 
 
@@ -114,20 +133,53 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="8,16,32,64,128")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--modes", default=",".join(MODES), help="which dispatchers, comma-separated")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on the last CPU, this client on the others (is a stall the OS running "
+        "the server in the client's place, or the client's own callbacks?)",
+    )
+    ap.add_argument(
+        "--server-nice", type=int, default=0, help="the server's nice value (the client's is 0)"
+    )
+    ap.add_argument(
+        "--own-session",
+        action="store_true",
+        help="start the server in a session of its own (setsid), as the local launcher did "
+        "before: with the kernel's autogroup scheduling, a scheduling group apart from the client",
+    )
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        ap.error(f"--modes: unknown {sorted(unknown)}; choose from {list(MODES)}")
+    server_cpus = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            ap.error("--pin needs two CPUs")
+        server_cpus = {cpus[-1]}
+        os.sched_setaffinity(0, set(cpus[:-1]))
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_server(Path(tmp) / "server.log")
+        proc, url = start_server(
+            Path(tmp) / "server.log",
+            cpus=server_cpus,
+            nice=args.server_nice,
+            own_session=args.own_session,
+        )
         try:
             rows = []
             for rate in rates:
-                for mode in MODES:
+                for mode in modes:
                     rows.append(one(url, rate, args.seconds, mode))
                     r = rows[-1]
                     print(
                         f"rate {rate:g} {mode}: sent {r['sent']}, lag p50 "
                         f"{r['lag_p50']:.3f} p99 {r['lag_p99']:.3f} p99.9 {r['lag_p999']:.3f} ms, "
-                        f"cpu {r['cpu']:.0%}, {r['chunks_s']:,.0f} tok/s, bound: {r['bound']}",
+                        f"cpu {r['cpu']:.0%}, {r['chunks_s']:,.0f} tok/s, bound: {r['bound']}, "
+                        f"{r['late']} sends over 1 ms, {r['preempted']} preemptions",
                         flush=True,
                     )
         finally:
@@ -135,14 +187,15 @@ def main() -> None:
             proc.wait(10)
     print()
     print("| rate (req/s) | dispatcher | requests | send lag p50 | p99 | p99.9 (ms) "
-          "| client loop busy | output tok/s | client-bound |")  # fmt: skip
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+          "| client loop busy | output tok/s | client-bound | sends > 1 ms "
+          "| client preempted |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
         print(
             f"| {r['rate']:g} | {r['mode']} | {r['sent']} | {r['lag_p50']:.3f} "
             f"| {r['lag_p99']:.3f} "
             f"| {r['lag_p999']:.3f} | {r['cpu']:.0%} | {r['chunks_s']:,.0f} "
-            f"| {'yes' if r['bound'] else 'no'} |"
+            f"| {'yes' if r['bound'] else 'no'} | {r['late']} | {r['preempted']} |"
         )
 
 

@@ -1,9 +1,16 @@
 """Services as child processes of the tuner on this machine (prefill + decode + router on
 one host's GPUs).
 
-Each service runs in its own process group (``start_new_session``) so a stop reaches the
-worker processes SGLang forks (schedulers, detokenizer) that hold GPU memory: SIGTERM to
-the group, SIGKILL after a grace period, then wait until no member is left. Output goes to
+Each service runs in its own process group so a stop reaches the worker processes SGLang
+forks (schedulers, detokenizer) that hold GPU memory: SIGTERM to the group, SIGKILL after a
+grace period, then wait until no member is left. A process group, not a session of its own:
+where the kernel groups tasks by session for scheduling (``sched_autogroup_enabled``, on by
+default in most distributions), a service in a new session is a scheduling group apart from
+the tuner, and a busy engine then held the load generator off both cores for hundreds of
+milliseconds at a time (a real vLLM on 2 cores: p99 send lag 60-750 ms at 16-128 req/s
+from a new session against 0.8-8 ms from the tuner's own, the same search otherwise;
+BENCHMARKS.md, "Does the open loop keep its schedule?"). Ctrl-C at a terminal still reaches
+only the tuner: a service's group is never the foreground one. Output goes to
 the service's log file (``spec.log_file``, appended, one header line per start; owner-only,
 0600, because servers print their arguments, credentials included). The header and
 ``state.json`` show the command with its secrets redacted
@@ -53,6 +60,12 @@ between starting a process and recording it in ``state.json`` leaves a process n
 names, and the next manager on that run directory finds it by this variable."""
 _TAIL_BYTES = 16384
 _SCAN_BYTES = 4 * 1024 * 1024
+
+_OWN_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
+"""Popen arguments that start a service as the leader of a new process group in the
+tuner's session (see the module's docstring for why not ``start_new_session``)."""
 
 
 @dataclass
@@ -153,7 +166,7 @@ class LocalManager(ServiceManager):
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=spec.workdir,
-                    start_new_session=True,
+                    **_OWN_GROUP,
                 )
             except OSError as exc:
                 log.write(f"=== autotune: cannot start: {exc}\n".encode())
