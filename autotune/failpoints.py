@@ -34,6 +34,7 @@ POINTS = (
     "journal.saved",  # the outcome is in the local journal, not yet in storage
     "storage.mid",  # some attributes of the trial are written, its state is not
     "trial.told",  # the trial is COMPLETE in storage
+    "retry.enqueued",  # an unscored trial's retry is enqueued, the trial not yet FAIL
     "winddown",  # the run is about to stop its services (a second Ctrl-C lands here)
 )
 ACTIONS = ("kill", "sigint", "sigterm", "raise", "sleep:SECONDS")

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import optuna
 
+from autotune.failpoints import failpoint
 from autotune.space import SearchSpace
 from autotune.study._optuna_compat import trial_by_number
 from autotune.study.definition import StudyDefinition
@@ -61,15 +62,24 @@ class StudyContext:
         host down), read from the storage alone (not a copy of every trial).
 
         A trial stopped before it suggested anything still carries the parameters it was
-        enqueued with (the baseline, a retry): those are what is retried.
+        enqueued with (the baseline, a retry): those are what is retried. Called *before*
+        the trial is marked FAIL, and a no-op when its retry is already enqueued: a kill
+        between the two writes leaves the trial RUNNING with its retry waiting, and the next
+        run's recovery settles it without a second retry (marked FAIL first, such a kill
+        left a FAIL trial that nothing would ever retry).
         """
         frozen = trial_by_number(self.study, number)
         params = frozen.params or frozen.system_attrs.get("fixed_params") or {}
-        if params:
-            attrs = {"retry_of": number}
-            if frozen.user_attrs.get("is_baseline"):
-                attrs["is_baseline"] = True
-            self.study.enqueue_trial(params, user_attrs=attrs)
+        if not params:
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.user_attrs.get("retry_of") == number for t in trials):
+            return
+        attrs = {"retry_of": number}
+        if frozen.user_attrs.get("is_baseline"):
+            attrs["is_baseline"] = True
+        self.study.enqueue_trial(params, user_attrs=attrs)
+        failpoint("retry.enqueued")
 
 
 def close_phases(outcome: TrialOutcome, t0: float) -> float:

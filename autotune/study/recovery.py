@@ -92,13 +92,13 @@ class Recovery:
                     "or the storage failed while writing it); recorded now from the journal"
                 )
                 continue
+            ctx.retry_later(trial.number)
             storage = storage_of(ctx.study)
             storage.set_trial_user_attr(trial_id, "failure", Failure.interrupted.value)
             storage.set_trial_user_attr(
                 trial_id, "reason", "the tuner stopped during this trial; its config is retried"
             )
             storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-            ctx.retry_later(trial.number)
             ctx.progress.message(
                 f"trial #{trial.number} was interrupted earlier; retrying its config"
             )

@@ -538,20 +538,20 @@ class Tuner:
             return False
         except HostFailure as exc:
             assert trial is not None  # raised by the pipeline
-            fail_trial(self.study, trial, failure=Failure.host_unreachable.value, reason=str(exc))
             self.ctx.retry_later(trial.number)
+            fail_trial(self.study, trial, failure=Failure.host_unreachable.value, reason=str(exc))
             raise
         except KeyboardInterrupt:
             if trial is None:  # interrupted before the trial existed
                 raise
             with deferred_interrupts():
+                self.ctx.retry_later(trial.number)
                 fail_trial(
                     self.study,
                     trial,
                     failure=Failure.interrupted.value,
                     reason="stopped by the user (Ctrl-C/SIGTERM)",
                 )
-                self.ctx.retry_later(trial.number)
             self.progress.message(
                 f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
                 "its config will be retried by the next `autotune run`; services are being stopped"

@@ -74,3 +74,33 @@ def test_kill_9_at_any_phase_then_resume(tmp_path: Path, point: str) -> None:
     assert not any(alive(pid) for pid in orphans.values()), "orphaned services still running"
     assert not any(alive(pid) for pid in service_pids(runs).values())
     assert not list(runs.rglob("journal/*.json")), "journal entries left behind"
+
+
+def test_kill_9_between_the_retry_and_the_fail_mark(tmp_path: Path) -> None:
+    """Recovery enqueues an interrupted trial's retry, then marks it FAIL: killed between
+    the two writes, the trial is still RUNNING with its retry waiting, and the next run
+    settles it without a second retry (the other order left a FAIL trial nobody retried)."""
+    first = run_cli(tmp_path, "--trials", "2", failpoints="warmup=kill")
+    assert first.returncode == -9, first.stderr
+    runs = tmp_path / "studies" / "runs"
+    orphans = service_pids(runs)
+    try:
+        recovering = run_cli(tmp_path, "--trials", "2", failpoints="retry.enqueued=kill")
+        assert recovering.returncode == -9, recovering.stderr
+        assert [name for name, _ in recovering.fired] == ["retry.enqueued"]
+        db = db_path(tmp_path)
+        between = {t.number: t for t in trials_of(db)}
+        assert between[0].state == TrialState.RUNNING
+        assert [t.user_attrs.get("retry_of") for t in between.values()].count(0) == 1
+        assert_consistent(db, finished=False)
+        orphans.update(service_pids(runs))
+        resumed = run_cli(tmp_path, "--trials", "2")
+        assert resumed.returncode == 0, resumed.stderr
+    finally:
+        kill_all({n: p for n, p in orphans.items() if alive(p)})
+    trials = assert_consistent(db)
+    assert trials[0].state == TrialState.FAIL
+    assert trials[0].user_attrs["failure"] == "interrupted"
+    assert [t.user_attrs.get("retry_of") for t in trials].count(0) == 1  # one retry, not two
+    baseline = [t for t in trials if t.user_attrs.get("is_baseline")]
+    assert [t.state for t in baseline] == [TrialState.FAIL, TrialState.COMPLETE]
