@@ -249,6 +249,9 @@ class ManagedLauncher(Launcher):
                 where = manager.log_location(name)
             except ShellError as exc:
                 tail, where = f"(log unavailable: {exc.reason})", manager.where
+            if not tail and name in self._started:
+                # a slow start that printed nothing yet is still worth naming in a report
+                tail = "(nothing logged since its start)"
             if tail:
                 parts.append(f"--- {name} ({where})\n{tail}")
         return "\n".join(parts)

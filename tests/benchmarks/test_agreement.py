@@ -300,16 +300,26 @@ def test_vllm_arrival_offsets_are_vllms_own_schedule(ag: ModuleType) -> None:
 def test_autotune_and_vllm_bench_serve_agree_on_the_sim_server(
     ag: ModuleType, tmp_path: Path
 ) -> None:
+    """Identity and token counts must match exactly on every attempt; the timings must agree
+    on one of up to three attempts. A clean-clone run had TTFT p50 51% apart once while
+    another test loaded a real vLLM on the same two cores: one slow stretch hits one tool's
+    run only. A difference of definition shows on every attempt, so it still fails."""
     _vllm_env_or_skip()
     load = ag.Load(concurrency=8, input_len=64, output_len=32, requests=64)
-    res = ag.measure(server_kind="sim", load=load, rounds=1, seed=3, out=tmp_path, echo=False)
-    runs = {r.tool: r for r in res["_runs"]}
-    a, v = runs["autotune"].figures, runs["vllm"].figures
-    # the same requests: equal generated text (a function of the prompt) at every index
-    assert runs["autotune"].texts == runs["vllm"].texts, res["identity"]
-    assert runs["autotune"].input_lens == runs["vllm"].input_lens == [64] * 64
-    assert a["completed"] == v["completed"] == 64 and a["failed"] == v["failed"] == 0
-    assert a["output_tokens"] == v["output_tokens"] == 64 * 32
-    assert a["input_tokens"] == v["input_tokens"] == 64 * 64
-    off = {k: (v[k] - a[k]) / a[k] for k in TOLERANCE}
-    assert all(abs(off[k]) <= tol for k, tol in TOLERANCE.items()), (off, a, v)
+    offsets = []
+    for attempt in range(3):
+        out = tmp_path / f"attempt-{attempt}"
+        res = ag.measure(server_kind="sim", load=load, rounds=1, seed=3, out=out, echo=False)
+        runs = {r.tool: r for r in res["_runs"]}
+        a, v = runs["autotune"].figures, runs["vllm"].figures
+        # the same requests: equal generated text (a function of the prompt) at every index
+        assert runs["autotune"].texts == runs["vllm"].texts, res["identity"]
+        assert runs["autotune"].input_lens == runs["vllm"].input_lens == [64] * 64
+        assert a["completed"] == v["completed"] == 64 and a["failed"] == v["failed"] == 0
+        assert a["output_tokens"] == v["output_tokens"] == 64 * 32
+        assert a["input_tokens"] == v["input_tokens"] == 64 * 64
+        off = {k: (v[k] - a[k]) / a[k] for k in TOLERANCE}
+        offsets.append((off, res["loadavg_before"], res["loadavg_after"]))
+        if all(abs(off[k]) <= tol for k, tol in TOLERANCE.items()):
+            return
+    pytest.fail(f"timings apart on all 3 attempts (offset, load before, load after): {offsets}")
