@@ -505,6 +505,9 @@ class Measurement(BaseModel):
     target: int | None = None
     """A re-measurement's round: the trial target of the run that made it (``None``: the
     trial itself, or written before rounds were recorded)."""
+    resolution: float | None = None
+    """Relative width of the bracket a capacity search read its value from (upper / capacity
+    - 1): the value is the bracket's lower end, so it cannot tell loads inside it apart."""
 
     @property
     def full(self) -> bool:
@@ -521,6 +524,17 @@ def _first_value(raw: Mapping[str, Any]) -> float | None:
         if isinstance(first, (int, float)) and not isinstance(first, bool) and math.isfinite(first):
             return float(first)
     return metric_value(raw.get("metrics") or {}, "output_throughput")
+
+
+def bracket_width(capacity: Mapping[str, Any] | None) -> float | None:
+    """A capacity search's relative bracket width (``upper / capacity - 1``), ``None`` when
+    it has no upper end (the limit passed, nothing failed) or found no capacity."""
+    if not isinstance(capacity, Mapping):
+        return None
+    lo, hi = capacity.get("capacity"), capacity.get("upper")
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo <= 0:
+        return None
+    return max(float(hi) / float(lo) - 1.0, 0.0)
 
 
 def load_remeasurements(study: optuna.Study) -> list[Measurement]:
@@ -542,6 +556,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     metrics=raw.get("metrics") or {},
                     phase_seconds=_phase_seconds(raw.get("phase_seconds")),
                     target=_optional_int(raw.get("target")),
+                    resolution=bracket_width(raw.get("capacity")),
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
@@ -605,7 +620,22 @@ def _own_measurement(r: TrialResult) -> Measurement:
         aborted=r.aborted,
         metrics=r.metrics,
         phase_seconds=r.phase_seconds,
+        resolution=bracket_width(r.capacity),
     )
+
+
+def resolution_floor(widths: Sequence[float]) -> float | None:
+    """The run-to-run noise a capacity objective has at least: the relative SD of a value
+    read as the lower end of a bracket of relative width ``w`` when the true capacity is
+    anywhere in it (uniform: ``w / sqrt(12)``), root-mean-square over the measurements.
+
+    Without it, repeats that land on the same bisection point (the grid repeats values)
+    pool to a noise of 0 and an interval of zero width: ``best`` claimed 64.0 +- 0 req/s for
+    a capacity bracketed by 64.0 and 90.5, and the race stopped as if it were exact.
+    """
+    if not widths:
+        return None
+    return math.sqrt(sum(w * w for w in widths) / len(widths) / 12.0)
 
 
 def noise_level(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
@@ -644,6 +674,11 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
         ms = [_own_measurement(r), *extra.get(r.number, [])]
         rows.append((r, ms, [m.throughput for m in ms if m.full and m.throughput is not None]))
     sd, df = noise_level([values for _, _, values in rows])
+    floor = resolution_floor(
+        [m.resolution for _, ms, _ in rows for m in ms if m.full and m.resolution is not None]
+    )
+    if sd is not None and floor is not None:
+        sd = max(sd, floor)
     out = []
     for r, ms, values in rows:
         bad = next((m for m in ms if m.repeat > 0 and not m.feasible), None)

@@ -65,6 +65,8 @@ class TrialSpec:
     """Merged into the stored ``config`` only (not a sampled parameter)."""
     services: dict[str, dict[str, Any]] | None = None
     """Replaces the default prefill/decode/router records."""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """More stored user attributes (``capacity``: a capacity search's result)."""
 
 
 def services(
@@ -167,6 +169,7 @@ def frozen_trial(spec: TrialSpec, *, multi: bool) -> optuna.trial.FrozenTrial:
         "overrides": [],
         "deployment": "sim-dsv4-flash-pd.yaml",
         "restarted": ["prefill", "decode", "router"],
+        **spec.attrs,
     }
     complete = spec.state == TrialState.COMPLETE
     return optuna.trial.create_trial(

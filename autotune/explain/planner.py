@@ -53,7 +53,14 @@ from autotune.explain.record import (
 )
 from autotune.explain.settings import ExplainSettings
 from autotune.failures import Failure
-from autotune.results import conservative, half_width, noise_level, t_quantile
+from autotune.results import (
+    bracket_width,
+    conservative,
+    half_width,
+    noise_level,
+    resolution_floor,
+    t_quantile,
+)
 
 Runs = Mapping[str, Sequence[ExplainRun]]
 
@@ -188,7 +195,16 @@ class Planner:
         (the prior, the study's own figure, until then)."""
         groups = [_Stats.of(r).values for r in runs.values()]
         sd, df = noise_level(groups)
-        return (sd, df) if sd is not None else self.prior_noise
+        if sd is None:
+            return self.prior_noise
+        widths = [
+            w
+            for rs in runs.values()
+            for r in rs
+            if r.value is not None and (w := bracket_width(r.capacity)) is not None
+        ]
+        floor = resolution_floor(widths)
+        return (sd if floor is None else max(sd, floor)), df
 
     # ------------------------------------------------------------------ what to measure
 

@@ -53,6 +53,8 @@ class ExplainRun(BaseModel):
     engine_version: dict[str, str] = Field(default_factory=dict)
     overrides: list[str] = Field(default_factory=list)
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    capacity: dict[str, Any] | None = None
+    """A capacity search's result (its bracket is the value's resolution)."""
 
     @property
     def value(self) -> float | None:

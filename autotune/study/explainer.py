@@ -151,6 +151,7 @@ class Explainer:
             engine_version=record.engine_version,
             overrides=record.overrides,
             phase_seconds=record.phase_seconds,
+            capacity=record.capacity,
         )
         self._store(run_key(step.key, index), run.model_dump(mode="json"))
         self.measured += 1

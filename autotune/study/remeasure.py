@@ -268,6 +268,7 @@ class Remeasurer:
                     "stop_reason",
                     "sim_speedup",
                     "restarted",
+                    "capacity",
                 )
                 if k in record.model_fields_set or k == "phase_seconds"
             },

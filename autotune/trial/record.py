@@ -165,6 +165,9 @@ class RemeasureRecord(BaseModel):
     stop_reason: str | None = None
     sim_speedup: float | None = None
     restarted: list[str] = Field(default_factory=list)
+    capacity: dict[str, Any] | None = None
+    """The capacity search's result, as the trial stores it (its bracket is the value's
+    resolution: :func:`autotune.results.bracket_width`)."""
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("of", "repeat", "values", "constraints", "feasible")
 

@@ -403,3 +403,22 @@ def test_a_transient_failure_is_retried_once_then_final(tmp_path: Path) -> None:
     assert "2 of 2 runs failed" in fast.without.failure
     step = planner.next(runs, state)
     assert not (isinstance(step, Measure) and step.key == without_fast.key)  # final now
+
+
+def test_a_capacity_brackets_width_is_the_noise_floor(levers: SearchSpace) -> None:
+    """Capacities read off a bisection grid repeat exactly; the pooled noise must not be 0."""
+    from autotune.explain.record import ExplainRun
+
+    planner = planner_for(levers, ALL_ON)
+    bracket = {"over": "rate", "capacity": 64.0, "upper": 90.5}
+    runs = {
+        key: [
+            ExplainRun(key=key, index=i, values=[64.0], feasible=True, capacity=bracket)
+            for i in range(2)
+        ]
+        for key in ("a", "b")
+    }
+    sd, df = planner.noise(runs)
+    assert df == 2 and sd == pytest.approx((90.5 / 64.0 - 1) / math.sqrt(12))
+    plain = {k: [r.model_copy(update={"capacity": None}) for r in rs] for k, rs in runs.items()}
+    assert planner.noise(plain) == (0.0, 2)

@@ -17,6 +17,7 @@ from conftest_results import BASELINE_PARAMS, TrialSpec, make_study
 
 from autotune.results import (
     best_estimate,
+    config_estimates,
     load_remeasurements,
     remeasure_candidates,
     t975,
@@ -363,3 +364,45 @@ def test_the_fixed_policy_keeps_todays_plan(tmp_path: Path) -> None:
     for e in remeasure_candidates(study, 2):
         assert sorted(m.repeat for m in e.measurements if m.repeat) == [1, 2]
     assert phase.plan() == [] and phase.decision is not None and phase.decision.stop
+
+
+def _capacity(value: float) -> dict[str, Any]:
+    """A capacity search's stored result: passed at ``value``, failed at the next point."""
+    return {"over": "rate", "capacity": value, "upper": value * 1.414, "probes": 7}
+
+
+class _CapacityPipeline:
+    """Every configuration reads 64.0 req/s from the bracket [64.0, 90.5): the bisection
+    grid repeats its points, so repeats agree exactly."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def evaluate(self, config: dict[str, Any], *, is_baseline: bool, fresh: bool) -> TrialOutcome:
+        self.calls.append(config)
+        record = TrialRecord(metrics={"tpot_ms": {"p99": 20.0}}, capacity=_capacity(64.0))
+        return TrialOutcome(values=[64.0], constraints={"feasible": 0.0}, record=record)
+
+
+def test_a_capacity_bracket_is_a_noise_floor_equal_readings_are_not_exact(
+    tmp_path: Path,
+) -> None:
+    """Equal capacities measured again pooled to 0% noise: an interval of zero width, and the
+    race stopped after one restart as if 64.0 were exact. The bracket's width (41%) is what
+    a reading cannot resolve: the noise is at least 41% / sqrt(12) = 12%."""
+    specs = [
+        TrialSpec(throughput=64.0, params=_mem(m), attrs={"capacity": _capacity(64.0)})
+        for m in (0.70, 0.71)
+    ]
+    study = make_study(tmp_path / "cap", specs)
+    pipeline = _CapacityPipeline()
+    phase = _remeasurer(study, tmp_path, pipeline, RemeasureSettings(budget=4))
+    phase.run(target=2)
+    stored = load_remeasurements(study)
+    assert all(m.resolution == pytest.approx(0.414) for m in stored)
+    # indistinguishable at the reading's resolution: the race spends its budget
+    assert len(stored) == 4 and {m.of for m in stored} == {0, 1}
+    assert phase.decision is not None and "budget" in phase.decision.reason
+    est = {e.trial.number: e for e in config_estimates(study)}
+    assert est[0].noise_sd == pytest.approx(0.414 / math.sqrt(12))
+    assert est[0].half_width is not None and est[0].half_width > 0.1 * 64.0
