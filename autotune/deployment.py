@@ -45,6 +45,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from autotune.cpus import format_cpu_list, parse_cpu_list
 from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError
 from autotune.hosts import HostSpec, validate_hosts
@@ -197,6 +198,12 @@ class Deployment(BaseModel):
     deployment: the hardware it models), for figures per GPU (the report's tok/s per GPU).
     Informational: nothing is placed or checked by it. Unset: unknown, and the report
     gives those figures per deployment."""
+    client_cpus: StrictStr | None = None
+    """CPUs of the tuner's machine kept for the load generator (``0``, ``0,2``, ``4-7``):
+    the thread that measures runs only there, and local services (``manager: local``) start
+    on the tuner's other CPUs (``taskset -c``) unless their command already starts with
+    ``taskset``. For an engine that shares the tuner's cores: an open-loop schedule keeps to
+    the millisecond only with a core apart (:mod:`autotune.cpus`). Unset: no placement."""
     services: dict[str, ServiceDef] = Field(min_length=1)
 
     _source: Path | None = PrivateAttr(default=None)
@@ -214,6 +221,23 @@ class Deployment(BaseModel):
                     {"key": repr(key)},
                 )
         return value
+
+    @field_validator("client_cpus")
+    @classmethod
+    def _client_cpus(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            cpus = parse_cpu_list(value)
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "cpu_list", "{why}", {"why": str(exc), "allowed": ["0", "0,2", "4-7"]}
+            ) from None
+        return format_cpu_list(cpus)
+
+    def client_cpu_set(self) -> frozenset[int] | None:
+        """:attr:`client_cpus` as a set (``None``: unset)."""
+        return None if self.client_cpus is None else parse_cpu_list(self.client_cpus)
 
     @field_validator("hosts")
     @classmethod

@@ -21,11 +21,13 @@ templates).
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from autotune.cpus import available_cpus, format_cpu_list
 from autotune.deployment import Deployment, expand
 from autotune.errors import ConfigError
 from autotune.space.settings import ServiceSettings
@@ -184,6 +186,7 @@ def _render(
             allowed=list(roles),
         )
     ports = deployment.ports()
+    services_cpus = _services_cpus(deployment)
     specs: dict[str, ServiceSpec] = {}
     for name, svc in deployment.services.items():
         ctx = deployment.template_context(run_dir=rd, service=name)
@@ -209,6 +212,12 @@ def _render(
         for key in settings.unset_env:
             env.pop(key, None)
         wrapper = [ex(t, f"wrapper[{i}]") for i, t in enumerate(svc.wrapper)]
+        if (
+            services_cpus is not None
+            and svc.resolved_manager() == "local"
+            and Path((wrapper + argv)[0]).name != "taskset"
+        ):
+            wrapper = ["taskset", "-c", services_cpus, *wrapper]
         log_file = Path(ex(svc.log_file, "log_file")).expanduser()
         workdir = ex(svc.workdir, "workdir") if svc.workdir is not None else None
         specs[name] = ServiceSpec(
@@ -252,3 +261,37 @@ def _check_unit_file_values(spec: ServiceSpec, *, file: str) -> None:
                 file=file,
                 field=f"services.{spec.name}.{where}",
             )
+
+
+def _services_cpus(deployment: Deployment) -> str | None:
+    """The CPU list local services start on when the deployment keeps ``client_cpus`` for
+    the load generator: the tuner's other CPUs (:mod:`autotune.cpus`)."""
+    client = deployment.client_cpu_set()
+    if client is None:
+        return None
+    mine = available_cpus()
+    file, field = deployment.file_label, "client_cpus"
+    if not client <= mine:
+        raise ConfigError(
+            f"client_cpus {deployment.client_cpus} includes CPUs this process may not run on "
+            f"(it may run on {format_cpu_list(mine)})",
+            allowed=[format_cpu_list(mine)],
+            file=file,
+            field=field,
+        )
+    rest = mine - client
+    if not rest:
+        raise ConfigError(
+            f"client_cpus {deployment.client_cpus} leaves no CPU for the services (this "
+            f"process may run on {format_cpu_list(mine)})",
+            file=file,
+            field=field,
+        )
+    if shutil.which("taskset") is None:
+        raise ConfigError(
+            "client_cpus starts local services with `taskset -c` (util-linux), which is not "
+            "on PATH here",
+            file=file,
+            field=field,
+        )
+    return format_cpu_list(rest)

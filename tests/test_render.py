@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autotune.cpus import available_cpus, format_cpu_list
 from autotune.deployment import Deployment, load_deployment
 from autotune.errors import ConfigError
 from autotune.render import apply_flags, render
@@ -264,3 +265,63 @@ def test_sim_speedup_reaches_the_simulated_servers() -> None:
     specs = render(None, dep, {}, run_dir=Path("/tmp/x"))
     assert specs["decode"].env["AUTOTUNE_SIM_SPEEDUP"] == "8"
     assert specs["prefill"].env["AUTOTUNE_SIM_SPEEDUP"] == "8"
+
+
+def _with_client_cpus(tmp_path: Path, cpus: str, *, base: str = DEP) -> Path:
+    path = tmp_path / "pinned.yaml"
+    body = textwrap.dedent(base).replace("model: m/M\n", f"model: m/M\nclient_cpus: '{cpus}'\n")
+    path.write_text(body)
+    return path
+
+
+@pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs")
+def test_client_cpus_start_local_services_on_the_other_cpus(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    mine = available_cpus()
+    client = min(mine)
+    pinned = load_deployment(_with_client_cpus(tmp_path, str(client)))
+    assert pinned.client_cpu_set() == {client}
+    specs = render(SPACE, pinned, {}, run_dir=tmp_path)
+    rest = format_cpu_list(mine - {client})
+    for name in ("decode", "router"):
+        assert specs[name].argv[:3] == ("taskset", "-c", rest), name
+    # before any wrapper of its own (numactl), never inside the engine's flags
+    assert specs["prefill"].argv[:4] == ("taskset", "-c", rest, "numactl")
+    plain = render(SPACE, dep, {}, run_dir=tmp_path)
+    assert specs["prefill"].argv[3:] == plain["prefill"].argv  # a fixed port: same flags
+    assert specs["prefill"].fingerprint() != plain["prefill"].fingerprint()  # a restart
+
+
+@pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs")
+def test_a_service_placed_by_its_own_taskset_is_left_alone(tmp_path: Path) -> None:
+    own = DEP.replace("wrapper: [numactl,", "wrapper: [/usr/bin/taskset, -c, '0', numactl,")
+    path = _with_client_cpus(tmp_path, str(min(available_cpus())), base=own)
+    specs = render(SPACE, load_deployment(path), {}, run_dir=tmp_path)
+    assert specs["prefill"].argv[:4] == ("/usr/bin/taskset", "-c", "0", "numactl")
+    assert specs["decode"].argv[0] == "taskset"
+
+
+@pytest.mark.parametrize(
+    ("cpus", "why"),
+    [("0-100000", "not a range"), ("x", "not a CPU"), ("", "empty")],
+)
+def test_a_bad_client_cpu_list_names_the_file_and_field(
+    tmp_path: Path, cpus: str, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=why) as info:
+        load_deployment(_with_client_cpus(tmp_path, cpus))
+    assert info.value.field == "client_cpus" and "pinned.yaml" in str(info.value)
+
+
+def test_client_cpus_must_leave_the_services_a_cpu_and_be_the_tuners(tmp_path: Path) -> None:
+    mine = available_cpus()
+    dep = load_deployment(_with_client_cpus(tmp_path, format_cpu_list(mine)))
+    with pytest.raises(ConfigError, match="leaves no CPU for the services") as info:
+        render(SPACE, dep, {}, run_dir=tmp_path)
+    assert info.value.field == "client_cpus"
+    outside = max(mine) + 1
+    dep = load_deployment(_with_client_cpus(tmp_path, str(outside)))
+    with pytest.raises(ConfigError, match="may not run on") as info:
+        render(SPACE, dep, {}, run_dir=tmp_path)
+    assert info.value.allowed == [format_cpu_list(mine)]

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from autotune.cpus import available_cpus, format_cpu_list, pinned
 from autotune.deployment import Deployment
 from autotune.engines import BaseEngine
 from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
@@ -236,19 +237,23 @@ class TrialPipeline:
 
         bench_error: BenchError | None = None
         speedup = self.deployment.sim_speedup
+        client_cpus = self.deployment.client_cpu_set()
         with watch:  # the sampling thread never outlives the load, Ctrl-C included
             try:
-                result = measure_deployment(
-                    endpoint,
-                    self.load,
-                    self.plan,
-                    speedup=speedup,
-                    deadline=deadline,
-                    on_phase=on_load_phase,
-                    on_progress=on_progress,
-                    abort_if=None if fresh else abort_if,
-                    on_curve=lambda: self.on_phase("curve"),
-                )
+                with pinned(client_cpus):  # started first: the sampler keeps every core
+                    if client_cpus is not None:
+                        record.client_cpus = format_cpu_list(available_cpus())
+                    result = measure_deployment(
+                        endpoint,
+                        self.load,
+                        self.plan,
+                        speedup=speedup,
+                        deadline=deadline,
+                        on_phase=on_load_phase,
+                        on_progress=on_progress,
+                        abort_if=None if fresh else abort_if,
+                        on_curve=lambda: self.on_phase("curve"),
+                    )
             except BenchError as exc:
                 bench_error = exc
         if watch.summary:

@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
 ``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
 (a trial carried from an earlier study by a warm start, not one of this study's); 4:
-``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points)."""
+``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points); 5:
+``client_cpus`` (where the load generator ran)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -100,6 +101,9 @@ class TrialRecord(BaseModel):
     curve: list[dict[str, Any]] = Field(default_factory=list)
     """Latency-throughput points measured on the trial's processes (capacity probes or the
     study's ``curve:`` sweep), by ``x``: rate or concurrency, throughputs, latency stats."""
+    client_cpus: str | None = None
+    """The CPUs the load generator's thread ran on while it measured, read back inside the
+    deployment's ``client_cpus`` placement (``None``: not placed)."""
     warm_start_from: str | None = None
     """Set on a trial a warm start carried from an earlier study (``STUDY#N``: that study's
     trial N, a launch that failed there): evidence for the sampler, never one of this

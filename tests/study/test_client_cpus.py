@@ -1,0 +1,87 @@
+"""``client_cpus``: a real run keeps the load generator's core free of the local services.
+
+The bundled simulated deployment with ``client_cpus`` set, run by ``autotune run``: every
+service process (found in /proc while the run goes on) may run only on the other CPUs, and
+the trial records the CPUs its load generator measured on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from e2e_helpers import E2E_STUDY, REPO, load
+
+from autotune.cpus import available_cpus, format_cpu_list, parse_cpu_list
+
+pytestmark = pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs")
+
+
+def _allowed(pid: int) -> str | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def _services_of(run_dir: Path) -> dict[int, str]:
+    """pid -> allowed CPUs of every process started with this run directory."""
+    marker = f"AUTOTUNE_LOCAL_RUN_DIR={run_dir}".encode()
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(v.startswith(marker) for v in environ.split(b"\0")):
+            allowed = _allowed(int(proc.name))
+            if allowed is not None:
+                out[int(proc.name)] = allowed
+    return out
+
+
+def test_local_services_run_off_the_load_generators_cpu(tmp_path: Path) -> None:
+    mine = available_cpus()
+    client = min(mine)
+    deployment = tmp_path / "sim-pinned.yaml"
+    text = (REPO / "launchers" / "sim-dsv4-flash-pd.yaml").read_text()
+    run_dir = tmp_path / "runs"
+    text = text.replace("run_dir: studies/runs/${deployment}", f"run_dir: {run_dir}", 1)
+    deployment.write_text(
+        text.replace("\nservices:\n", f"\nclient_cpus: '{client}'\nservices:\n", 1)
+    )
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        E2E_STUDY.read_text()
+        .replace("../../search_spaces/", f"{REPO}/search_spaces/")
+        .replace("deployment: ../../launchers/sim-dsv4-flash-pd.yaml", f"deployment: {deployment}")
+    )
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "run", "--trials", "1", "--study", "pinned",
+         "--storage", f"sqlite:///{db}", "--study-file", str(study)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen.update(_services_of(run_dir.resolve()))
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    rest = mine - {client}
+    assert len(seen) >= 3, (seen, out)  # prefill, decode, router (and their children)
+    assert all(parse_cpu_list(cpus) == rest for cpus in seen.values()), seen
+    (trial,) = load("pinned", db).get_trials()
+    assert trial.user_attrs["client_cpus"] == str(client)
+    for name, service in trial.user_attrs["services"].items():
+        assert service["argv"][:3] == ["taskset", "-c", format_cpu_list(rest)], name
