@@ -130,6 +130,7 @@ class Probe(BaseModel):
             "completed": m.completed,
             "send_lag_p99_ms": None if m.send_lag_ms is None else m.send_lag_ms.p99,
             "client_cpu_share": m.client_cpu_share,
+            "cpu_steal_share": m.cpu_steal_share,
             "client_bound": m.client_bound,
             **{
                 f"{name}_{p}": getattr(getattr(m, f"{name}_ms"), p)

@@ -45,6 +45,7 @@ from autotune.loadgen._http import (
     snippet,
     unreachable,
 )
+from autotune.loadgen._steal import steal_seconds, steal_share
 from autotune.loadgen.arrivals import ArrivalSchedule
 from autotune.loadgen.datasets import (
     Prompt,
@@ -884,6 +885,7 @@ class LoadSession:
         adaptive = spec.target_rel_ci is not None
         t0 = perf_counter()
         cpu0 = thread_time()
+        steal0 = steal_seconds()
         tracker = self._tracker = (
             ThroughputTracker(t0) if adaptive or abort_if is not None else None
         )
@@ -938,6 +940,7 @@ class LoadSession:
         records = loop.records
         measure_seconds = perf_counter() - t0
         cpu_share = (thread_time() - cpu0) / measure_seconds if measure_seconds > 0 else None
+        stolen = steal_share(steal0, steal_seconds(), measure_seconds)
         estimate = None if live is None else live.update()
 
         if not records:
@@ -958,7 +961,7 @@ class LoadSession:
             )
         duration = max(r.end_time for r in records) - min(r.send_time for r in records)
         metrics = compute_metrics(records, duration_s=duration, slo=spec.slo)
-        metrics = with_client_load(metrics, spec, cpu_share=cpu_share)
+        metrics = with_client_load(metrics, spec, cpu_share=cpu_share, steal_share=stolen)
         return BenchResult(
             records=records,
             metrics=metrics,

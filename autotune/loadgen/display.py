@@ -46,6 +46,8 @@ def metrics_table(metrics: Metrics) -> Table:
         scalars.append(("offered rate (arrivals)", f"{metrics.arrival_rate:,.2f} req/s"))
     if metrics.client_cpu_share is not None:
         scalars.append(("client event loop busy", f"{100 * metrics.client_cpu_share:.0f}%"))
+    if metrics.cpu_steal_share:
+        scalars.append(("CPU taken by the hypervisor", f"{100 * metrics.cpu_steal_share:.1f}%"))
     for name, value in scalars:
         table.add_row(name, value, "", "", "")
     table.add_section()

@@ -25,6 +25,8 @@ CLIENT_BOUND_LAG_S = 0.002
 CLIENT_BOUND_LAG_GAPS = 0.25
 """Open loop: a p99 send lag above max(2 ms, a quarter of the mean arrival gap) means the
 client could not keep the schedule."""
+STEAL_NOTED = 0.005
+"""Stolen CPU share from which a client-bound result names the hypervisor too."""
 RSE_BINS = 10
 """Time bins of the batch-means estimate of the throughput's relative standard error."""
 _MAX_ERROR_KINDS = 10
@@ -98,6 +100,10 @@ class Metrics(BaseModel):
     client_cpu_share: float | None = None
     """CPU time of the load generator's event-loop thread / measure time (1.0 = one core
     saturated)."""
+    cpu_steal_share: float | None = None
+    """Share of this machine's CPU time the hypervisor took during the measure phase
+    (``/proc/stat`` steal; ``None`` where unknown): a virtual machine's stalls that no
+    setting inside it removes."""
     client_bound: str | None = None
     """Why the client, not the server, may have limited these figures; ``None`` if not."""
 
@@ -233,9 +239,16 @@ def _send_lag(
     return latency_stats(lags, percentiles) if lags else None
 
 
-def with_client_load(metrics: Metrics, spec: LoadSpec, *, cpu_share: float | None) -> Metrics:
+def with_client_load(
+    metrics: Metrics,
+    spec: LoadSpec,
+    *,
+    cpu_share: float | None,
+    steal_share: float | None = None,
+) -> Metrics:
     """``metrics`` with the client's CPU share and, when the client may have been the
-    bottleneck, the reason (the figures then say less about the server)."""
+    bottleneck, the reason (the figures then say less about the server), with the CPU time
+    the hypervisor took meanwhile when it took some (``steal_share``)."""
     reasons = []
     if cpu_share is not None and cpu_share >= CLIENT_BOUND_CPU:
         reasons.append(
@@ -249,9 +262,15 @@ def with_client_load(metrics: Metrics, spec: LoadSpec, *, cpu_share: float | Non
                 f"p99 send lag {lag.p99:.1f} ms > {limit_s * 1000:.1f} ms: the client did "
                 f"not keep the arrival schedule of {spec.request_rate:g} req/s"
             )
+    if reasons and steal_share is not None and steal_share >= STEAL_NOTED:
+        reasons.append(
+            f"the hypervisor took {steal_share:.1%} of this machine's CPU time meanwhile "
+            "(steal: stalls no setting inside the machine removes)"
+        )
     return metrics.model_copy(
         update={
             "client_cpu_share": cpu_share,
+            "cpu_steal_share": steal_share,
             "client_bound": "; ".join(reasons) or None,
         }
     )

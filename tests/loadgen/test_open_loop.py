@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from fake_openai_server import FakeServer
 
 from autotune.loadgen import LoadSpec, compute_metrics, run_load
+from autotune.loadgen._steal import steal_seconds, steal_share
 from autotune.loadgen.arrivals import ArrivalSchedule, arrival_offsets
 from autotune.loadgen.metrics import with_client_load
 
@@ -127,3 +131,28 @@ def test_client_bound_names_the_cause(fake_server: FakeServer) -> None:
     assert lagging.client_bound is not None and "send lag 9.0 ms" in lagging.client_bound
     # At 10 req/s a quarter gap is 25 ms: 9 ms late is still on schedule.
     assert with_client_load(late, spec(request_rate=10.0), cpu_share=0.1).client_bound is None
+    # The hypervisor's share is named beside a cause, never as one.
+    stolen = with_client_load(late, spec(request_rate=400.0), cpu_share=0.1, steal_share=0.04)
+    assert stolen.cpu_steal_share == 0.04
+    assert stolen.client_bound is not None and "hypervisor took 4.0%" in stolen.client_bound
+    quiet = with_client_load(late, spec(request_rate=400.0), cpu_share=0.1, steal_share=0.001)
+    assert quiet.client_bound is not None and "hypervisor" not in quiet.client_bound
+    alone = with_client_load(calm, spec(), cpu_share=0.3, steal_share=0.2)
+    assert alone.client_bound is None and alone.cpu_steal_share == 0.2
+    if steal_seconds() is not None:  # Linux: every open-loop result carries the figure
+        assert result.metrics.cpu_steal_share is not None
+        assert 0.0 <= result.metrics.cpu_steal_share <= 1.0
+
+
+def test_steal_is_read_from_proc_stat(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  949019 10369 190621 753042 38045 0 8087 26721 0 0\ncpu0 1 2 3\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert steal_seconds(stat) == pytest.approx(26721 / ticks)
+    for bad in ("cpu 1 2 3\n", "intr 5\n", ""):
+        stat.write_text(bad)
+        assert steal_seconds(stat) is None
+    assert steal_seconds(tmp_path / "missing") is None
+    cpus = os.cpu_count() or 1
+    assert steal_share(10.0, 10.0 + 0.5 * cpus, 5.0) == pytest.approx(0.1)
+    assert steal_share(None, 1.0, 5.0) is None and steal_share(1.0, 2.0, 0.0) is None
