@@ -364,7 +364,10 @@ class TrialPipeline:
             engine = self.engines.get(spec.settings_of)
             if spec.metrics_url and engine is not None:
                 targets[name] = (spec.metrics_url, engine.metrics)
-        return ServerMetricsWatch(targets)
+        client = self.deployment.client_cpu_set()
+        return ServerMetricsWatch(
+            targets, cpus=None if client is None else available_cpus() - client
+        )
 
     def _read_back(self, prepared: Prepared, record: TrialRecord) -> None:
         """What the servers say they run: the engine version (warned once when it is not

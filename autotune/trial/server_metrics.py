@@ -14,6 +14,7 @@ A failed scrape is noted and never fails a trial: the measurement is the load ge
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -53,12 +54,16 @@ class ServerMetricsWatch:
         *,
         interval_s: float = INTERVAL_S,
         timeout_s: float = SCRAPE_TIMEOUT_S,
+        cpus: frozenset[int] | None = None,
     ) -> None:
+        """``cpus``: where the scraping thread runs (``None``: anywhere); a deployment that
+        keeps ``client_cpus`` for the load generator keeps the scraper off them too."""
         named = {name: (url, metrics.names()) for name, (url, metrics) in targets.items()}
         self._targets = {
             name: _Target(url=url, names=names) for name, (url, names) in named.items() if names
         }
         self._interval_s = interval_s
+        self._cpus = cpus
         self._timeout = httpx.Timeout(timeout_s)
         self._stop = threading.Event()
         self._started = threading.Event()
@@ -105,6 +110,8 @@ class ServerMetricsWatch:
         return httpx.Client(timeout=self._timeout, trust_env=False, follow_redirects=False)
 
     def _run(self) -> None:
+        if self._cpus is not None:
+            os.sched_setaffinity(0, self._cpus)  # this thread only
         with self._client() as client:
             for target in self._targets.values():
                 target.before = self._scrape(client, target)

@@ -3,6 +3,7 @@ to fail a trial."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cpus import available_cpus
 from autotune.engines import get_engine
 from autotune.trial.server_metrics import ServerMetricsWatch, on_modeled_clock
 
@@ -107,3 +109,24 @@ def test_a_slow_server_is_scraped_less_often(metrics_url: str) -> None:
     # back to back: ~20 scrapes in 2 s; with the back-off: one per >= 1 s (0.1 s + 0.9 s)
     assert 1 <= _Metrics.served - 2 <= 3, _Metrics.served
     assert watch.summary["server"]["generation_tokens"] == 32 * 64
+
+
+@pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs")
+def test_the_scraper_runs_on_the_cpus_it_is_given(metrics_url: str) -> None:
+    """With client_cpus, the scraping thread stays off the load generator's CPUs; the
+    caller's own thread keeps its affinity."""
+    seen: list[frozenset[int]] = []
+    caller = threading.get_ident()
+
+    class Spy(ServerMetricsWatch):
+        def _scrape(self, client, target):  # type: ignore[no-untyped-def]
+            if threading.get_ident() != caller:  # the last scrape is end()'s, after the load
+                seen.append(frozenset(os.sched_getaffinity(0)))
+            return super()._scrape(client, target)
+
+    mine = available_cpus()
+    apart = frozenset({max(mine)})
+    with Spy({"server": (metrics_url, get_engine("vllm").metrics)}, cpus=apart) as watch:
+        watch.begin()
+    assert seen and all(s == apart for s in seen)
+    assert available_cpus() == mine
