@@ -74,17 +74,26 @@ def start_server(
     if nice:
         os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    wait_healthy(proc, url, log, timeout_s=60, poll_s=0.1)
+    return proc, url
+
+
+def wait_healthy(
+    proc: subprocess.Popen[bytes], url: str, log: Path, *, timeout_s: float, poll_s: float,
+    what: str = "server",
+) -> None:  # fmt: skip
+    """Until ``url/health`` answers 200; exits with the log's tail if the process ends."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: {log.read_text()[-2000:]}")
+            raise SystemExit(f"{what} exited: {log.read_text()[-2000:]}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
-    raise SystemExit("server did not become healthy")
+        time.sleep(poll_s)
+    raise SystemExit(f"{what} did not become healthy in {timeout_s:g} s")
 
 
 MODES = {"pacer": (None, True), "spin only": (None, False), "asyncio.sleep only": (0.0, False)}

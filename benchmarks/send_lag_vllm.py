@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
+from send_lag import wait_healthy  # benchmarks/ is on sys.path when run as a script
 
 from autotune.cpus import available_cpus, parse_cpu_list, pinned
 from autotune.engines import get_engine
@@ -67,17 +67,8 @@ def start_vllm(log: Path, cpus: str | None) -> tuple[subprocess.Popen[bytes], st
         argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, process_group=0
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"vLLM exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("vLLM did not become healthy in 300 s")
+    wait_healthy(proc, url, log, timeout_s=300, poll_s=0.5, what="vLLM")
+    return proc, url
 
 
 def spearman(x: list[float], y: list[float]) -> float:
