@@ -9,6 +9,8 @@ arrivals, the served model's tokenizer) runs at each rate, ``--rounds`` times, i
 * ``pinned+scrape``: the same with the server's ``/metrics`` scraped beside it, as a trial does;
 * ``pinned+scrape-apart``: the same with the scraping thread kept on the server's CPUs (what
   a trial does with ``client_cpus``);
+* ``pinned+scrape-process``: the same scraping in a child process on the server's CPUs (no
+  GIL shared with the load generator);
 * ``unpinned``: the client thread wherever the OS puts it.
 
 Each row: send lag p50 / p99 / max, sends over 1 ms, and the share of the machine's CPU time
@@ -21,6 +23,7 @@ correlation between steal and late sends, and the p99s of the runs the hyperviso
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from send_lag import wait_healthy  # benchmarks/ is on sys.path when run as a script
@@ -41,7 +45,7 @@ from autotune.trial.server_metrics import ServerMetricsWatch
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv-engines" / "vllm-0.32.0" / "bin" / "python"
 MODEL = REPO / "studies" / "models" / "llama-tiny"
-MODES = ("pinned", "pinned+scrape", "pinned+scrape-apart", "unpinned")
+MODES = ("pinned", "pinned+scrape", "pinned+scrape-apart", "pinned+scrape-process", "unpinned")
 QUIET_STEAL = 0.005
 
 
@@ -69,6 +73,34 @@ def start_vllm(log: Path, cpus: str | None) -> tuple[subprocess.Popen[bytes], st
     url = f"http://127.0.0.1:{port}"
     wait_healthy(proc, url, log, timeout_s=300, poll_s=0.5, what="vLLM")
     return proc, url
+
+
+def _scrape_in_child(url: str, cpus: frozenset[int], stop: Any, ready: Any) -> None:
+    os.sched_setaffinity(0, cpus)
+    watch = ServerMetricsWatch({"server": (url, get_engine("vllm", "0.32.0").metrics)})
+    watch.begin()
+    ready.set()
+    stop.wait(600)
+    watch.end()
+
+
+class _ProcessWatch:
+    """A :class:`ServerMetricsWatch` in a child process (spawned: no fork of threads)."""
+
+    def __init__(self, url: str, cpus: frozenset[int]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._stop, self._ready = ctx.Event(), ctx.Event()
+        self._proc = ctx.Process(
+            target=_scrape_in_child, args=(url, cpus, self._stop, self._ready), daemon=True
+        )
+
+    def begin(self) -> None:
+        self._proc.start()
+        self._ready.wait(60)
+
+    def end(self) -> None:
+        self._stop.set()
+        self._proc.join(30)
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -106,8 +138,11 @@ def main() -> None:
                         spec = study.load.model_copy(update={
                             "request_rate": rate, "duration_s": args.seconds,
                             "tokenizer": str(MODEL)})  # fmt: skip
-                        watch = None
-                        if "scrape" in mode:
+                        watch: ServerMetricsWatch | _ProcessWatch | None = None
+                        if mode.endswith("scrape-process"):
+                            watch = _ProcessWatch(url + "/metrics", available_cpus() - client)
+                            watch.begin()
+                        elif "scrape" in mode:
                             target = (url + "/metrics", engine.metrics)
                             apart = available_cpus() - client if "apart" in mode else None
                             watch = ServerMetricsWatch({"server": target}, cpus=apart)
