@@ -742,8 +742,15 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log:
     raise SystemExit(f"server not healthy after {timeout_s:g} s (log: {log})")
 
 
+CHILD_PLACEMENT: dict[str, Any] = {"process_group": 0}
+"""How the server and the clients start: each the leader of a new process group in this
+script's session, as the product's local launcher starts services. ``--own-session`` starts
+each in a session of its own instead (as this script did up to 2026-12-03): where the kernel's
+autogroup is on, every session is then a scheduling group of its own."""
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a child started with ``start_new_session``: its own process group only."""
+    """Stop a child started as the leader of its own process group (the group only)."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -783,7 +790,7 @@ def sim_server(out: Path, *, noise: float, seed: int) -> Iterator[Server]:
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             cmd, env={**os.environ, **env}, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            **CHILD_PLACEMENT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -840,7 +847,7 @@ def vllm_server(out: Path, python: Path, tokenizer: Path) -> Iterator[Server]:
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             cmd, env={**os.environ, **env}, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            **CHILD_PLACEMENT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -1056,7 +1063,7 @@ def run_client(cmd: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path,
     """Run a client command (its own session, output to ``log``), sampling CPU meanwhile."""
     with log.open("wb") as fh:
         proc = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                stderr=subprocess.STDOUT, **CHILD_PLACEMENT)  # fmt: skip
         try:
             with CpuSampler(server.pid, proc.pid, client_tree=True) as cpu:
                 rc = proc.wait()
@@ -1350,9 +1357,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "open loop: autotune,autotune_seed2,autotune_replay,vllm; +aiperf)",
     )
     p.add_argument("--sim-noise", type=float, default=0.0, help="AUTOTUNE_SIM_NOISE")
+    p.add_argument(
+        "--own-session",
+        action="store_true",
+        help="start the server and the clients in sessions of their own",
+    )
     p.add_argument("--aiperf", type=Path, default=None, help="AIPerf's executable (optional)")
     p.add_argument("--out", type=Path, default=REPO / "studies" / "artifacts" / "agreement")
     args = p.parse_args(argv)
+    if args.own_session:
+        CHILD_PLACEMENT.clear()
+        CHILD_PLACEMENT["start_new_session"] = True
     load = Load(
         concurrency=args.concurrency, input_len=args.input_len, output_len=args.output_len,
         requests=args.requests, request_rate=args.request_rate, burstiness=args.burstiness,
