@@ -39,6 +39,7 @@ from autotune.failures import Failure
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
 from autotune.loadgen import SLO, LoadSpec
+from autotune.render import render
 from autotune.results import feasible, objective_label, own_trials
 from autotune.space import SearchSpace, load_space
 from autotune.study._optuna_compat import storage_of, trial_id_of
@@ -414,6 +415,7 @@ class Tuner:
 
         def trials() -> None:
             nonlocal ran
+            self._preflight()
             self._enqueue_baseline()
             self._index_known()
             done = self.completed_count()
@@ -437,6 +439,12 @@ class Tuner:
             self.remeasurer.active or self.explainer.active
         )
         return summary
+
+    def _preflight(self) -> None:
+        """Render the baseline once before any trial is asked: a deployment error every trial
+        would hit (a template, ``client_cpus``) stops the run with no trial left RUNNING."""
+        p = self.pipeline
+        render(p.space, p.deployment, p.space.baseline_config(), run_dir=p.run_dir)
 
     def explain(self, settings: ExplainSettings) -> tuple[Explanation | None, RunSummary]:
         """Explain the study's winner (``autotune explain``): resumes a stopped explanation."""

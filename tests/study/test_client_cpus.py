@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import E2E_STUDY, REPO, load
+from e2e_helpers import E2E_STUDY, REPO, autotune_cli, load
 
 from autotune.cpus import available_cpus, format_cpu_list, parse_cpu_list
 
@@ -49,22 +49,42 @@ def _services_of(run_dir: Path) -> dict[int, str]:
     return out
 
 
-def test_local_services_run_off_the_load_generators_cpu(tmp_path: Path) -> None:
-    mine = available_cpus()
-    client = min(mine)
+def _study_with_client_cpus(tmp_path: Path, cpus: str) -> tuple[Path, Path]:
+    """(study file, run directory): the e2e study on the bundled simulated deployment with
+    ``client_cpus: CPUS``."""
     deployment = tmp_path / "sim-pinned.yaml"
     text = (REPO / "launchers" / "sim-dsv4-flash-pd.yaml").read_text()
     run_dir = tmp_path / "runs"
     text = text.replace("run_dir: studies/runs/${deployment}", f"run_dir: {run_dir}", 1)
-    deployment.write_text(
-        text.replace("\nservices:\n", f"\nclient_cpus: '{client}'\nservices:\n", 1)
-    )
+    deployment.write_text(text.replace("\nservices:\n", f"\nclient_cpus: '{cpus}'\nservices:\n", 1))
     study = tmp_path / "study.yaml"
     study.write_text(
         E2E_STUDY.read_text()
         .replace("../../search_spaces/", f"{REPO}/search_spaces/")
         .replace("deployment: ../../launchers/sim-dsv4-flash-pd.yaml", f"deployment: {deployment}")
     )
+    return study, run_dir
+
+
+def test_a_placement_that_leaves_the_services_no_cpu_stops_before_any_trial(
+    tmp_path: Path,
+) -> None:
+    study, _ = _study_with_client_cpus(tmp_path, format_cpu_list(available_cpus()))
+    db = tmp_path / "s.db"
+    proc = autotune_cli(
+        "run", "--trials", "1", "--study", "pinned", "--storage", f"sqlite:///{db}",
+        "--study-file", str(study), cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "field 'client_cpus'" in proc.stderr + proc.stdout
+    assert "leaves no CPU for the services" in proc.stderr + proc.stdout
+    assert load("pinned", db).get_trials() == []  # no trial asked, none left RUNNING
+
+
+def test_local_services_run_off_the_load_generators_cpu(tmp_path: Path) -> None:
+    mine = available_cpus()
+    client = min(mine)
+    study, run_dir = _study_with_client_cpus(tmp_path, str(client))
     db = tmp_path / "s.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "autotune", "run", "--trials", "1", "--study", "pinned",
