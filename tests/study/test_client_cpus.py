@@ -42,6 +42,12 @@ def _services_of(run_dir: Path) -> dict[int, str]:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
+        try:
+            program = (proc / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if Path(program.decode(errors="replace")).name == "taskset":
+            continue  # taskset itself, in the instant before it places and execs the service
         if any(v.startswith(marker) for v in environ.split(b"\0")):
             allowed = _allowed(int(proc.name))
             if allowed is not None:
