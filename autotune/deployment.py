@@ -27,6 +27,7 @@ Why one module of ~610 lines: the deployment model and its cross-field checks
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,7 +46,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from autotune.cpus import format_cpu_list, parse_cpu_list
+from autotune.cpus import available_cpus, format_cpu_list, parse_cpu_list
 from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError
 from autotune.hosts import HostSpec, validate_hosts
@@ -209,6 +210,7 @@ class Deployment(BaseModel):
     _source: Path | None = PrivateAttr(default=None)
     _ports: dict[str, int] | None = PrivateAttr(default=None)
     _extra_ports: dict[str, dict[str, int]] | None = PrivateAttr(default=None)
+    _services_cpus: frozenset[int] | None = PrivateAttr(default=None)
 
     @field_validator("services")
     @classmethod
@@ -238,6 +240,38 @@ class Deployment(BaseModel):
     def client_cpu_set(self) -> frozenset[int] | None:
         """:attr:`client_cpus` as a set (``None``: unset)."""
         return None if self.client_cpus is None else parse_cpu_list(self.client_cpus)
+
+    def services_cpu_set(self) -> frozenset[int] | None:
+        """The tuner's CPUs left to local services (and the tuner's own helper threads) when
+        :attr:`client_cpus` keeps some for the load generator; ``None``: unset. Checked and
+        worked out once: the client's CPUs must be the tuner's, leave at least one, and
+        ``taskset`` (what starts the services there) must be on PATH."""
+        client = self.client_cpu_set()
+        if client is None or self._services_cpus is not None:
+            return self._services_cpus
+        mine = available_cpus()
+        where = {"file": self.file_label, "field": "client_cpus"}
+        if not client <= mine:
+            raise ConfigError(
+                f"client_cpus {self.client_cpus} includes CPUs this process may not run on "
+                f"(it may run on {format_cpu_list(mine)})",
+                allowed=[format_cpu_list(mine)],
+                **where,
+            )
+        if not mine - client:
+            raise ConfigError(
+                f"client_cpus {self.client_cpus} leaves no CPU for the services (this process "
+                f"may run on {format_cpu_list(mine)})",
+                **where,
+            )
+        if shutil.which("taskset") is None:
+            raise ConfigError(
+                "client_cpus starts local services with `taskset -c` (util-linux), which is "
+                "not on PATH here",
+                **where,
+            )
+        self._services_cpus = mine - client
+        return self._services_cpus
 
     @field_validator("hosts")
     @classmethod

@@ -21,13 +21,12 @@ templates).
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from autotune.cpus import available_cpus, format_cpu_list
+from autotune.cpus import format_cpu_list
 from autotune.deployment import Deployment, expand
 from autotune.errors import ConfigError
 from autotune.space.settings import ServiceSettings
@@ -186,7 +185,8 @@ def _render(
             allowed=list(roles),
         )
     ports = deployment.ports()
-    services_cpus = _services_cpus(deployment)
+    placed = deployment.services_cpu_set()
+    services_cpus = None if placed is None else format_cpu_list(placed)
     specs: dict[str, ServiceSpec] = {}
     for name, svc in deployment.services.items():
         ctx = deployment.template_context(run_dir=rd, service=name)
@@ -262,36 +262,3 @@ def _check_unit_file_values(spec: ServiceSpec, *, file: str) -> None:
                 field=f"services.{spec.name}.{where}",
             )
 
-
-def _services_cpus(deployment: Deployment) -> str | None:
-    """The CPU list local services start on when the deployment keeps ``client_cpus`` for
-    the load generator: the tuner's other CPUs (:mod:`autotune.cpus`)."""
-    client = deployment.client_cpu_set()
-    if client is None:
-        return None
-    mine = available_cpus()
-    file, field = deployment.file_label, "client_cpus"
-    if not client <= mine:
-        raise ConfigError(
-            f"client_cpus {deployment.client_cpus} includes CPUs this process may not run on "
-            f"(it may run on {format_cpu_list(mine)})",
-            allowed=[format_cpu_list(mine)],
-            file=file,
-            field=field,
-        )
-    rest = mine - client
-    if not rest:
-        raise ConfigError(
-            f"client_cpus {deployment.client_cpus} leaves no CPU for the services (this "
-            f"process may run on {format_cpu_list(mine)})",
-            file=file,
-            field=field,
-        )
-    if shutil.which("taskset") is None:
-        raise ConfigError(
-            "client_cpus starts local services with `taskset -c` (util-linux), which is not "
-            "on PATH here",
-            file=file,
-            field=field,
-        )
-    return format_cpu_list(rest)

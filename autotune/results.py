@@ -624,25 +624,20 @@ def _own_measurement(r: TrialResult) -> Measurement:
     )
 
 
-def resolution_floor(widths: Sequence[float]) -> float | None:
-    """The run-to-run noise a capacity objective has at least: the relative SD of a value
-    read as the lower end of a bracket of relative width ``w`` when the true capacity is
-    anywhere in it (uniform: ``w / sqrt(12)``), root-mean-square over the measurements.
-
-    Without it, repeats that land on the same bisection point (the grid repeats values)
-    pool to a noise of 0 and an interval of zero width: ``best`` claimed 64.0 +- 0 req/s for
-    a capacity bracketed by 64.0 and 90.5, and the race stopped as if it were exact.
-    """
-    if not widths:
-        return None
-    return math.sqrt(sum(w * w for w in widths) / len(widths) / 12.0)
-
-
-def noise_level(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+def noise_level(
+    groups: Sequence[Sequence[float]], *, widths: Sequence[float] = ()
+) -> tuple[float | None, int]:
     """Pooled relative standard deviation of repeated measurements, and its degrees of freedom.
 
     Relative because the noise is multiplicative (a process runs x% fast or slow), so one
     figure serves every configuration, measured once or many times.
+
+    ``widths``: the relative bracket widths capacity readings were taken from
+    (:func:`bracket_width`). Such a value is the bracket's lower end, so with the true
+    capacity anywhere in it its SD is ``w / sqrt(12)``; the pooled figure is at least that
+    (root-mean-square over the readings). Without it, repeats that land on the same bisection
+    point pool to 0 and an interval of zero width: ``best`` claimed 64.0 +- 0 req/s for a
+    capacity bracketed by 64.0 and 90.5, and the race stopped as if it were exact.
     """
     ss = 0.0
     df = 0
@@ -654,7 +649,12 @@ def noise_level(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
             continue
         ss += sum((v / mean - 1.0) ** 2 for v in values)
         df += len(values) - 1
-    return (math.sqrt(ss / df), df) if df else (None, 0)
+    if not df:
+        return None, 0
+    sd = math.sqrt(ss / df)
+    if widths:
+        sd = max(sd, math.sqrt(sum(w * w for w in widths) / len(widths) / 12.0))
+    return sd, df
 
 
 def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
@@ -673,12 +673,12 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
             continue
         ms = [_own_measurement(r), *extra.get(r.number, [])]
         rows.append((r, ms, [m.throughput for m in ms if m.full and m.throughput is not None]))
-    sd, df = noise_level([values for _, _, values in rows])
-    floor = resolution_floor(
-        [m.resolution for _, ms, _ in rows for m in ms if m.full and m.resolution is not None]
+    sd, df = noise_level(
+        [values for _, _, values in rows],
+        widths=[
+            m.resolution for _, ms, _ in rows for m in ms if m.full and m.resolution is not None
+        ],
     )
-    if sd is not None and floor is not None:
-        sd = max(sd, floor)
     out = []
     for r, ms, values in rows:
         bad = next((m for m in ms if m.repeat > 0 and not m.feasible), None)

@@ -58,7 +58,6 @@ from autotune.results import (
     conservative,
     half_width,
     noise_level,
-    resolution_floor,
     t_quantile,
 )
 
@@ -194,17 +193,14 @@ class Planner:
         """Relative run-to-run noise pooled over every configuration measured twice or more
         (the prior, the study's own figure, until then)."""
         groups = [_Stats.of(r).values for r in runs.values()]
-        sd, df = noise_level(groups)
-        if sd is None:
-            return self.prior_noise
         widths = [
             w
             for rs in runs.values()
             for r in rs
             if r.value is not None and (w := bracket_width(r.capacity)) is not None
         ]
-        floor = resolution_floor(widths)
-        return (sd if floor is None else max(sd, floor)), df
+        sd, df = noise_level(groups, widths=widths)
+        return (sd, df) if sd is not None else self.prior_noise
 
     # ------------------------------------------------------------------ what to measure
 

@@ -59,7 +59,8 @@ class StudyContext:
 
     def retry_later(self, number: int) -> None:
         """Enqueue the parameters of trial ``number``, which was not scored (interrupted,
-        host down), read from the storage alone (not a copy of every trial).
+        host down), read from the storage alone (not a copy of every trial; the check for an
+        existing retry reads the trials once, on these failure paths only).
 
         A trial stopped before it suggested anything still carries the parameters it was
         enqueued with (the baseline, a retry): those are what is retried. Called *before*

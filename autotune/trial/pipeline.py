@@ -364,10 +364,7 @@ class TrialPipeline:
             engine = self.engines.get(spec.settings_of)
             if spec.metrics_url and engine is not None:
                 targets[name] = (spec.metrics_url, engine.metrics)
-        client = self.deployment.client_cpu_set()
-        return ServerMetricsWatch(
-            targets, cpus=None if client is None else available_cpus() - client
-        )
+        return ServerMetricsWatch(targets, cpus=self.deployment.services_cpu_set())
 
     def _read_back(self, prepared: Prepared, record: TrialRecord) -> None:
         """What the servers say they run: the engine version (warned once when it is not

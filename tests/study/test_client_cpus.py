@@ -7,6 +7,7 @@ the trial records the CPUs its load generator measured on.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,23 +16,12 @@ from pathlib import Path
 import pytest
 from e2e_helpers import E2E_STUDY, REPO, autotune_cli, load
 
-from autotune.cpus import available_cpus, format_cpu_list, parse_cpu_list
+from autotune.cpus import available_cpus, format_cpu_list
 
 pytestmark = pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs")
 
 
-def _allowed(pid: int) -> str | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
-def _services_of(run_dir: Path) -> dict[int, str]:
+def _services_of(run_dir: Path) -> dict[int, frozenset[int]]:
     """pid -> allowed CPUs of every process started with this run directory."""
     marker = f"AUTOTUNE_LOCAL_RUN_DIR={run_dir}".encode()
     out = {}
@@ -39,19 +29,14 @@ def _services_of(run_dir: Path) -> dict[int, str]:
         if not proc.name.isdigit():
             continue
         try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
             program = (proc / "cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
+            if Path(program.decode(errors="replace")).name == "taskset":
+                continue  # taskset itself, the instant before it places and execs the service
+            if any(v.startswith(marker) for v in environ):
+                out[int(proc.name)] = frozenset(os.sched_getaffinity(int(proc.name)))
+        except OSError:  # gone meanwhile
             continue
-        if Path(program.decode(errors="replace")).name == "taskset":
-            continue  # taskset itself, in the instant before it places and execs the service
-        if any(v.startswith(marker) for v in environ.split(b"\0")):
-            allowed = _allowed(int(proc.name))
-            if allowed is not None:
-                out[int(proc.name)] = allowed
     return out
 
 
@@ -97,7 +82,7 @@ def test_local_services_run_off_the_load_generators_cpu(tmp_path: Path) -> None:
          "--storage", f"sqlite:///{db}", "--study-file", str(study)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    seen: dict[int, str] = {}
+    seen: dict[int, frozenset[int]] = {}
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         seen.update(_services_of(run_dir.resolve()))
@@ -106,7 +91,7 @@ def test_local_services_run_off_the_load_generators_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     rest = mine - {client}
     assert len(seen) >= 3, (seen, out)  # prefill, decode, router (and their children)
-    assert all(parse_cpu_list(cpus) == rest for cpus in seen.values()), seen
+    assert all(cpus == rest for cpus in seen.values()), seen
     (trial,) = load("pinned", db).get_trials()
     assert trial.user_attrs["client_cpus"] == str(client)
     for name, service in trial.user_attrs["services"].items():
