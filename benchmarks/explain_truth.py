@@ -75,21 +75,34 @@ def run_study(
     seed: int,
     settings: ExplainSettings,
     study_file: Path = STUDY_FILE,
+    explain_file: Path | None = None,
+    explain_requests: int | None = None,
 ) -> float:
-    """A study of ``trials`` trials and its explanation, through the product's Tuner."""
+    """A study of ``trials`` trials and its explanation, through the product's Tuner.
+
+    The explanation runs on ``explain_file``'s deployment (default: the study's) and measures
+    ``explain_requests`` per run (default: the study's load)."""
     from autotune.study.runner import Tuner
 
-    definition = load_study_definition(study_file)
-    # The bundled study explains its winner at the end of run with its own settings; off
-    # here, so the explanation below is measured (and timed) with the script's settings.
-    definition = definition.model_copy(
-        update={"explain": definition.explain.model_copy(update={"enabled": False})}
-    )
+    def definition_of(path: Path) -> Any:
+        definition = load_study_definition(path)
+        # The bundled study explains its winner at the end of run with its own settings; off
+        # here, so the explanation below is measured (and timed) with the script's settings.
+        return definition.model_copy(
+            update={"explain": definition.explain.model_copy(update={"enabled": False})}
+        )
+
     t0 = time.monotonic()
-    tuner = Tuner(definition=definition, study_name=name, storage_url=url, seed=seed)
+    tuner = Tuner(definition=definition_of(study_file), study_name=name, storage_url=url, seed=seed)
     tuner.run(n_trials=trials)
     t1 = time.monotonic()
-    again = Tuner(definition=definition, study_name=name, storage_url=url, seed=seed)
+    explaining = definition_of(explain_file or study_file)
+    if explain_requests is not None:
+        load = explaining.load.model_copy(
+            update={"requests": explain_requests, "target_rel_ci": None}
+        )
+        explaining = explaining.model_copy(update={"load": load})
+    again = Tuner(definition=explaining, study_name=name, storage_url=url, seed=seed)
     again.explain(settings)
     print(
         f"# study {name}: {trials} trials in {t1 - t0:.0f}s, explanation in "
@@ -254,6 +267,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-repeats", type=int, default=6)
     parser.add_argument("--speedup", type=float, help="the servers' clock (the launcher: 8)")
+    parser.add_argument(
+        "--explain-speedup", type=float, help="the servers' clock while explaining (--speedup)"
+    )
+    parser.add_argument(
+        "--explain-requests",
+        type=int,
+        help="requests measured per explain run (the study's load: 32); the model's truth is "
+        "the steady state, which a 2-round closed loop from a synchronized start falls short of",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     results = []
@@ -263,15 +285,28 @@ def main() -> None:
         settings = ExplainSettings(repeats=args.repeats, max_repeats=args.max_repeats)
         tmp = Path(tempfile.mkdtemp(prefix="explain-truth-"))
         study_file = STUDY_FILE if args.speedup is None else with_speedup(args.speedup, tmp)
+        explain_file = study_file
+        if args.explain_speedup is not None:
+            (tmp / "explain").mkdir()
+            explain_file = with_speedup(args.explain_speedup, tmp / "explain")
         for seed in args.seeds:
             url = f"sqlite:///{tmp}/explain-{seed}.db"
             name = f"explain-truth-{seed}"
             seconds = run_study(
-                url, name, trials=args.trials, seed=seed, settings=settings, study_file=study_file
+                url,
+                name,
+                trials=args.trials,
+                seed=seed,
+                settings=settings,
+                study_file=study_file,
+                explain_file=explain_file,
+                explain_requests=args.explain_requests,
             )
             result = compare(url, name)
             result["explain_seconds"] = seconds
             result["speedup"] = args.speedup or 8
+            result["explain_speedup"] = args.explain_speedup or args.speedup or 8
+            result["explain_requests"] = args.explain_requests
             results.append(result)
             print(markdown(result), "\n", flush=True)
     if args.storage:

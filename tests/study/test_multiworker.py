@@ -89,12 +89,22 @@ def _measured_configs(trials: list[FrozenTrial]) -> Counter[str]:
     )
 
 
-def _wait_phase(url: str, name: str, *, after_done: int, timeout: float) -> int:
+def _wait_phase(
+    url: str,
+    name: str,
+    *,
+    after_done: int,
+    timeout: float,
+    proc: subprocess.Popen[str],
+    log: Path,
+) -> int:
     """Wait until worker ``name`` is in the middle of a trial (launching, probing or loading
     its deployment: the phase its record showed at its last beat) after ``after_done``
-    trials; that trial's number."""
+    trials; that trial's number. A worker that exits first, or never gets there, fails the
+    test with its last record and its log's end."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    record = None
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             record = read_workers(_load(url)).get(name)
         except KeyError:
@@ -107,7 +117,12 @@ def _wait_phase(url: str, name: str, *, after_done: int, timeout: float) -> int:
         ):
             return record.trial
         time.sleep(0.1)
-    raise AssertionError(f"worker {name} was never seen in the middle of a trial")
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+    status = "still running" if proc.poll() is None else f"exited with {proc.returncode}"
+    raise AssertionError(
+        f"worker {name} was never seen in the middle of a trial after {after_done} done "
+        f"({status}); its last record: {record!r}; its log ends:\n{tail}"
+    )
 
 
 def _finish(procs: list[subprocess.Popen[str]], timeout: float) -> None:
@@ -136,7 +151,9 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     extra = {"w1": (), "w2": (), "w3": ("--deployment", str(own_file))}
     procs = {n: _worker(tmp_path, url, study_file, n, trials, marker, *extra[n]) for n in extra}
     try:
-        victim = _wait_phase(url, "w2", after_done=1, timeout=240)
+        victim = _wait_phase(
+            url, "w2", after_done=1, timeout=240, proc=procs["w2"], log=tmp_path / "w2.log"
+        )
         procs["w2"].send_signal(signal.SIGKILL)
         procs["w2"].wait(timeout=10)
         killed_at = time.monotonic()
@@ -257,7 +274,7 @@ def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: P
     trials = 12
     procs = [_worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")]
     try:
-        _wait_phase(url, "a", after_done=2, timeout=240)
+        _wait_phase(url, "a", after_done=2, timeout=240, proc=procs[0], log=tmp_path / "a.log")
         server.restart(down_s=4.0)
         _finish(procs, timeout=400)
     finally:
@@ -326,7 +343,9 @@ def test_a_frozen_worker_is_taken_over_and_carries_on(
     trials = 16
     procs = {n: _worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")}
     try:
-        frozen = _wait_phase(url, "a", after_done=1, timeout=240)
+        frozen = _wait_phase(
+            url, "a", after_done=1, timeout=240, proc=procs["a"], log=tmp_path / "a.log"
+        )
         procs["a"].send_signal(signal.SIGSTOP)
         deadline = time.monotonic() + 60
         while _load(url).trials[frozen].state == TrialState.RUNNING:
