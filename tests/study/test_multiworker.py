@@ -125,6 +125,21 @@ def _wait_phase(
     )
 
 
+def _held_trial(url: str, name: str, seen: int) -> int:
+    """The trial worker ``name`` holds RUNNING, read once it is stopped (killed or frozen).
+
+    ``_wait_phase`` reads the phase as of the worker's last beat (every 0.5 s): the trial
+    it saw may have ended (a start-up failure takes 0.3 s) and the next one begun before
+    the signal landed; the trial that was cut off is the one left RUNNING."""
+    held = [
+        t.number
+        for t in _load(url).get_trials(deepcopy=False)
+        if t.state == TrialState.RUNNING and t.system_attrs.get(TRIAL_WORKER_ATTR) == name
+    ]
+    assert len(held) == 1, f"worker {name} held {held} when stopped (seen on #{seen})"
+    return held[0]
+
+
 def _finish(procs: list[subprocess.Popen[str]], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for p in procs:
@@ -156,6 +171,7 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
         )
         procs["w2"].send_signal(signal.SIGKILL)
         procs["w2"].wait(timeout=10)
+        victim = _held_trial(url, "w2", victim)
         killed_at = time.monotonic()
         _finish([procs["w1"], procs["w3"]], timeout=400)
         assert procs["w1"].returncode == 0 and procs["w3"].returncode == 0, (
@@ -347,6 +363,7 @@ def test_a_frozen_worker_is_taken_over_and_carries_on(
             url, "a", after_done=1, timeout=240, proc=procs["a"], log=tmp_path / "a.log"
         )
         procs["a"].send_signal(signal.SIGSTOP)
+        frozen = _held_trial(url, "a", frozen)
         deadline = time.monotonic() + 60
         while _load(url).trials[frozen].state == TrialState.RUNNING:
             assert time.monotonic() < deadline, "the frozen worker's trial was never taken over"
