@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from explain_truth import with_speedup  # noqa: E402
-from winner_noise import calibration_configs, true_throughput  # noqa: E402
+from winner_noise import calibration_configs, scratch_tuner, true_throughput  # noqa: E402
 
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
@@ -46,8 +45,6 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Every configuration at every length, ``repeats`` times, from fresh services each time
     (the longer loads after the first reuse that start's processes)."""
-    from autotune.study.runner import Tuner
-
     tmp = Path(tempfile.mkdtemp(prefix="twin-fidelity-"))
     definition = load_study_definition(with_speedup(speedup, tmp))
     space = load_space(definition.resolve(definition.space))
@@ -55,15 +52,7 @@ def measure(
     if baseline:  # the slowest configuration: 60 s a run at any clock (max_duration_s)
         configs["baseline"] = space.baseline_params()
     rows: list[dict[str, Any]] = []
-    cwd = Path.cwd()
-    os.chdir(tmp)
-    tuner = Tuner(
-        definition=definition,
-        study_name="fidelity",
-        storage_url=f"sqlite:///{tmp / 'fidelity.db'}",
-        run_dir=tmp / "run",
-    )
-    try:
+    with scratch_tuner(definition, tmp) as tuner:
         for rep in range(repeats):
             for name, config in configs.items():
                 model = true_throughput(space, config, definition.load)
@@ -87,10 +76,6 @@ def measure(
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    finally:
-        tuner.launcher.stop_all()
-        tuner.launcher.close()
-        os.chdir(cwd)
     return rows
 
 

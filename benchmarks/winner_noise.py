@@ -36,7 +36,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,30 @@ def _definition(variant: str) -> StudyDefinition:
     return base.model_copy(update={"load": load, "early_abort": None})
 
 
-def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[str, Any]:
-    """Measure each calibration configuration ``restarts`` times from fresh processes."""
+@contextmanager
+def scratch_tuner(definition: StudyDefinition, directory: Path) -> Iterator[Any]:
+    """A ``Tuner`` on a throw-away SQLite study in ``directory``, which is the working
+    directory while it is open; its services are stopped when it closes."""
     from autotune.study.runner import Tuner
 
+    cwd = Path.cwd()
+    os.chdir(directory)
+    tuner = Tuner(
+        definition=definition,
+        study_name="scratch",
+        storage_url=f"sqlite:///{directory / 'scratch.db'}",
+        run_dir=directory / "run",
+    )
+    try:
+        yield tuner
+    finally:
+        tuner.launcher.stop_all()
+        tuner.launcher.close()
+        os.chdir(cwd)
+
+
+def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[str, Any]:
+    """Measure each calibration configuration ``restarts`` times from fresh processes."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore")
     base = load_study_definition(STUDY_FILE)
@@ -126,49 +147,39 @@ def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[
     configs = calibration_configs(space, base.load)
     model = {name: true_throughput(space, c, base.load) for name, c in configs.items()}
     rows: list[dict[str, Any]] = []
-    cwd = Path.cwd()
-    with tempfile.TemporaryDirectory(prefix="autotune-noise-") as tmp:
-        os.chdir(tmp)
-        tuner = Tuner(
-            definition=base,
-            study_name="noise",
-            storage_url=f"sqlite:///{Path(tmp) / 'noise.db'}",
-            run_dir=Path(tmp) / "run",
-        )
-        try:
-            for rep in range(restarts):
-                for name, config in configs.items():
-                    for i, variant in enumerate(variants):
-                        tuner.definition = _definition(variant)
-                        tuner.pipeline.load = tuner._load_spec()
-                        # The first variant restarts every service; the others (and the
-                        # second run of the first) reuse those processes: in-run noise.
-                        for again in (0, 1) if i == 0 else (0,):
-                            t0 = time.perf_counter()
-                            outcome = tuner._evaluate(
-                                config, is_baseline=False, fresh=(i == 0 and again == 0)
-                            )
-                            wall = time.perf_counter() - t0
-                            phases = outcome.attrs.get("phase_seconds", {})
-                            metrics = outcome.attrs.get("metrics") or {}
-                            row = {
-                                "config": name,
-                                "restart": rep,
-                                "variant": variant,
-                                "same_process": bool(again),
-                                "throughput": metrics.get("output_throughput"),
-                                "failure": outcome.failure,
-                                "completed": metrics.get("completed"),
-                                "warmup_s": phases.get("warmup", 0.0),
-                                "measure_s": phases.get("measure", 0.0),
-                                "wall_s": wall,
-                            }
-                            rows.append(row)
-                            print(json.dumps(row), flush=True)
-        finally:
-            tuner.launcher.stop_all()
-            tuner.launcher.close()
-            os.chdir(cwd)
+    with (
+        tempfile.TemporaryDirectory(prefix="autotune-noise-") as tmp,
+        scratch_tuner(base, Path(tmp)) as tuner,
+    ):
+        for rep in range(restarts):
+            for name, config in configs.items():
+                for i, variant in enumerate(variants):
+                    tuner.definition = _definition(variant)
+                    tuner.pipeline.load = tuner._load_spec()
+                    # The first variant restarts every service; the others (and the
+                    # second run of the first) reuse those processes: in-run noise.
+                    for again in (0, 1) if i == 0 else (0,):
+                        t0 = time.perf_counter()
+                        outcome = tuner._evaluate(
+                            config, is_baseline=False, fresh=(i == 0 and again == 0)
+                        )
+                        wall = time.perf_counter() - t0
+                        phases = outcome.attrs.get("phase_seconds", {})
+                        metrics = outcome.attrs.get("metrics") or {}
+                        row = {
+                            "config": name,
+                            "restart": rep,
+                            "variant": variant,
+                            "same_process": bool(again),
+                            "throughput": metrics.get("output_throughput"),
+                            "failure": outcome.failure,
+                            "completed": metrics.get("completed"),
+                            "warmup_s": phases.get("warmup", 0.0),
+                            "measure_s": phases.get("measure", 0.0),
+                            "wall_s": wall,
+                        }
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
     summary = summarize_calibration(rows, model, variants)
     result = {"model": model, "rows": rows, "summary": summary}
     if out is not None:
