@@ -34,7 +34,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from explain_truth import with_speedup  # noqa: E402
-from winner_noise import calibration_configs, scratch_tuner, true_throughput  # noqa: E402
+from winner_noise import (  # noqa: E402
+    calibration_configs,
+    evaluate,
+    scratch_tuner,
+    true_throughput,
+)
 
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
@@ -58,11 +63,7 @@ def measure(
                 model = true_throughput(space, config, definition.load)
                 for i, n in enumerate(requests):
                     load = definition.load.model_copy(update={"requests": n, "target_rel_ci": None})
-                    tuner.definition = definition.model_copy(
-                        update={"load": load, "early_abort": None}
-                    )
-                    tuner.pipeline.load = tuner._load_spec()
-                    outcome = tuner._evaluate(config, is_baseline=False, fresh=i == 0)
+                    outcome = evaluate(tuner, config, load, fresh=i == 0)
                     measured = (outcome.attrs.get("metrics") or {}).get("output_throughput")
                     row = {
                         "speedup": speedup,

@@ -110,22 +110,17 @@ def calibration_configs(space: SearchSpace, load: Any) -> dict[str, dict[str, ob
 # ------------------------------------------------------------------------ calibrate
 
 
-def _definition(variant: str) -> StudyDefinition:
-    base = load_study_definition(STUDY_FILE)
-    load = base.load.model_copy(update=VARIANTS[variant])
-    return base.model_copy(update={"load": load, "early_abort": None})
-
-
 @contextmanager
 def scratch_tuner(definition: StudyDefinition, directory: Path) -> Iterator[Any]:
     """A ``Tuner`` on a throw-away SQLite study in ``directory``, which is the working
-    directory while it is open; its services are stopped when it closes."""
+    directory while it is open; its services are stopped when it closes. No early abort:
+    every measurement runs its whole load."""
     from autotune.study.runner import Tuner
 
     cwd = Path.cwd()
     os.chdir(directory)
     tuner = Tuner(
-        definition=definition,
+        definition=definition.model_copy(update={"early_abort": None}),
         study_name="scratch",
         storage_url=f"sqlite:///{directory / 'scratch.db'}",
         run_dir=directory / "run",
@@ -136,6 +131,14 @@ def scratch_tuner(definition: StudyDefinition, directory: Path) -> Iterator[Any]
         tuner.launcher.stop_all()
         tuner.launcher.close()
         os.chdir(cwd)
+
+
+def evaluate(tuner: Any, config: Mapping[str, object], load: Any, *, fresh: bool) -> Any:
+    """``config`` measured by a :func:`scratch_tuner` with ``load`` (the study's, changed),
+    on freshly started services or on those of the last measurement; the trial outcome."""
+    tuner.definition = tuner.definition.model_copy(update={"load": load})
+    tuner.pipeline.load = tuner._load_spec()
+    return tuner._evaluate(config, is_baseline=False, fresh=fresh)
 
 
 def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[str, Any]:
@@ -154,15 +157,12 @@ def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[
         for rep in range(restarts):
             for name, config in configs.items():
                 for i, variant in enumerate(variants):
-                    tuner.definition = _definition(variant)
-                    tuner.pipeline.load = tuner._load_spec()
+                    load = base.load.model_copy(update=VARIANTS[variant])
                     # The first variant restarts every service; the others (and the
                     # second run of the first) reuse those processes: in-run noise.
                     for again in (0, 1) if i == 0 else (0,):
                         t0 = time.perf_counter()
-                        outcome = tuner._evaluate(
-                            config, is_baseline=False, fresh=(i == 0 and again == 0)
-                        )
+                        outcome = evaluate(tuner, config, load, fresh=i == 0 and again == 0)
                         wall = time.perf_counter() - t0
                         phases = outcome.attrs.get("phase_seconds", {})
                         metrics = outcome.attrs.get("metrics") or {}

@@ -44,6 +44,11 @@ def _study_file(tmp_path: Path, *, lease_s: float = 4.0) -> Path:
     return path
 
 
+def _log_path(tmp_path: Path, name: str) -> Path:
+    """Where worker ``name`` writes its output."""
+    return tmp_path / f"{name.replace('/', '_')}.log"
+
+
 def _worker(
     tmp_path: Path,
     url: str,
@@ -61,7 +66,7 @@ def _worker(
     }
     cmd = [sys.executable, "-m", "autotune", "run", "--study", STUDY, "--storage", url]
     cmd += ["--study-file", str(study_file), "--worker", name, "--trials", str(trials), *extra]
-    log = (tmp_path / f"{name.replace('/', '_')}.log").open("a")
+    log = _log_path(tmp_path, name).open("a")
     return subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
     )
@@ -96,7 +101,7 @@ def _wait_phase(
     after_done: int,
     timeout: float,
     proc: subprocess.Popen[str],
-    log: Path,
+    tmp_path: Path,
 ) -> int:
     """Wait until worker ``name`` is in the middle of a trial (launching, probing or loading
     its deployment: the phase its record showed at its last beat) after ``after_done``
@@ -117,6 +122,7 @@ def _wait_phase(
         ):
             return record.trial
         time.sleep(0.1)
+    log = _log_path(tmp_path, name)
     tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
     status = "still running" if proc.poll() is None else f"exited with {proc.returncode}"
     raise AssertionError(
@@ -167,7 +173,7 @@ def test_three_workers_one_killed_reach_the_count_without_duplicates_or_losses(
     procs = {n: _worker(tmp_path, url, study_file, n, trials, marker, *extra[n]) for n in extra}
     try:
         victim = _wait_phase(
-            url, "w2", after_done=1, timeout=240, proc=procs["w2"], log=tmp_path / "w2.log"
+            url, "w2", after_done=1, timeout=240, proc=procs["w2"], tmp_path=tmp_path
         )
         procs["w2"].send_signal(signal.SIGKILL)
         procs["w2"].wait(timeout=10)
@@ -290,7 +296,7 @@ def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: P
     trials = 12
     procs = [_worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")]
     try:
-        _wait_phase(url, "a", after_done=2, timeout=240, proc=procs[0], log=tmp_path / "a.log")
+        _wait_phase(url, "a", after_done=2, timeout=240, proc=procs[0], tmp_path=tmp_path)
         server.restart(down_s=4.0)
         _finish(procs, timeout=400)
     finally:
@@ -360,7 +366,7 @@ def test_a_frozen_worker_is_taken_over_and_carries_on(
     procs = {n: _worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")}
     try:
         frozen = _wait_phase(
-            url, "a", after_done=1, timeout=240, proc=procs["a"], log=tmp_path / "a.log"
+            url, "a", after_done=1, timeout=240, proc=procs["a"], tmp_path=tmp_path
         )
         procs["a"].send_signal(signal.SIGSTOP)
         frozen = _held_trial(url, "a", frozen)
