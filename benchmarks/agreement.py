@@ -15,9 +15,12 @@ that each tool's run-to-run spread is measured beside the cross-tool difference:
   of the two tools are compared: equal texts at every index prove equal prompts in equal order;
 * the same arrivals: closed loop at C (autotune's ``concurrency``; vLLM's ``--request-rate inf
   --max-concurrency C``, a semaphore in front of all N requests created at once; AIPerf's
-  ``--concurrency C``); no warm-up in any tool (vLLM's warm-up would repeat the first prompt,
-  autotune's uses prompts of its own), vLLM's one-request readiness probe off; the server is
-  warmed once before the first round and its prefix cache flushed before every run;
+  ``--concurrency C``); by default no warm-up in any tool (vLLM's warm-up would repeat the
+  first prompt, autotune's uses prompts of its own), so each opens its C connections inside
+  the first wave's TTFT; ``--warmups N`` gives both N warm-up requests on the connections
+  they then measure with, and runs the sim server without a prefix cache; vLLM's one-request
+  readiness probe off; the server is warmed once before the first round and its prefix cache
+  flushed before every run;
 * open loop (``--request-rate R --burstiness B [--max-concurrency C]``, passed to both
   tools, vLLM with ``--seed``): the two tools draw their arrivals from different generators,
   and vLLM rescales its gaps so that the last request is due at exactly N/R (autotune's
@@ -60,6 +63,7 @@ aiperf==0.13.0`` in a virtual environment of its own):
     .venv/bin/python benchmarks/agreement.py --server vllm --requests 128
     .venv/bin/python benchmarks/agreement.py --rounds 4 --request-rate 4.5 --burstiness 0.5
     .venv/bin/python benchmarks/agreement.py --rounds 4 --shared-prefix 8,32,512,128
+    .venv/bin/python benchmarks/agreement.py --rounds 4 --warmups 16     # warm connections
 """
 
 from __future__ import annotations
@@ -200,6 +204,11 @@ class Load:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     """Open loop only: at most this many requests in flight (``None``: no cap)."""
+    warmups: int = 0
+    """Warm-up requests each tool sends before its measured ones, on the connections it then
+    measures with (vLLM's ``--num-warmups``: the first prompt N times, C at a time;
+    autotune's ``warmup_requests``: N prompts of its own stream). With warm-ups the sim server
+    runs without its prefix cache, so neither tool's warm-up prompts pay off in its run."""
     shared_prefix: tuple[int, int, int, int] | None = None
     """``(groups, prompts_per_group, system_prompt_len, question_len)``: autotune's
     ``shared_prefix`` dataset (``output_len`` as the answer length) instead of random prompts
@@ -211,7 +220,8 @@ class Load:
 
 
 def load_spec(load: Load, *, seed: int, model: str) -> LoadSpec:
-    """autotune's spec for ``load``: no warm-up, text prompts, a fixed request count; open
+    """autotune's spec for ``load``: ``load.warmups`` warm-up requests, text prompts, a fixed
+    request count; open
     loop: ``request_rate``, ``burstiness`` and ``max_concurrency`` as given."""
     return LoadSpec.model_validate(spec_data(load, seed=seed, model=model))
 
@@ -220,7 +230,7 @@ def spec_data(load: Load, *, seed: int | str, model: str) -> dict[str, Any]:
     """The fields :func:`load_spec` gives ``LoadSpec``."""
     data: dict[str, Any] = {
         "requests": load.requests,
-        "warmup_requests": 0,
+        "warmup_requests": load.warmups,
         "prompt": "text",
         "seed": seed,
         "model": model,
@@ -773,12 +783,16 @@ class Server:
 
 
 @contextlib.contextmanager
-def sim_server(out: Path, *, noise: float, seed: int) -> Iterator[Server]:
+def sim_server(
+    out: Path, *, noise: float, seed: int, prefix_cache: bool = True
+) -> Iterator[Server]:
     """``python -m autotune.sim.server``: one non-disaggregated server (``null`` mode: prefill
     and decode in one), noise-free step times by default."""
     port = free_port()
     argv, lever_env = levers_to_command(SIM_LEVERS, mode="null", port=port)
     argv += ["--log-level", "warning"]
+    if not prefix_cache:
+        argv.append("--disable-radix-cache")
     env = {
         **lever_env,
         "AUTOTUNE_SIM_NOISE": f"{noise:g}",
@@ -890,7 +904,7 @@ def vllm_args(
         "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
         "--no-oversample", "--sharegpt-output-len", str(load.output_len),
         "--num-prompts", str(load.requests), "--ignore-eos", "--temperature", "0",
-        "--seed", str(seed), "--num-warmups", "0", "--ready-check-timeout-sec", "0",
+        "--seed", str(seed), "--num-warmups", str(load.warmups), "--ready-check-timeout-sec", "0",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--save-detailed", "--result-dir", str(result.parent),
         "--result-filename", result.name, "--disable-tqdm",
@@ -1263,7 +1277,7 @@ def measure(
     load_before = os.getloadavg()
     t0 = time.monotonic()
     server_cm = (
-        sim_server(out, noise=sim_noise, seed=seed)
+        sim_server(out, noise=sim_noise, seed=seed, prefix_cache=not load.warmups)
         if server_kind == "sim"
         else vllm_server(out, python, tokenizer)
     )
@@ -1344,6 +1358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--burstiness", type=float, default=1.0, help="open loop: gamma shape")
     p.add_argument("--max-concurrency", type=int, default=None, help="open loop: in-flight cap")
     p.add_argument(
+        "--warmups",
+        type=int,
+        default=0,
+        help="warm-up requests per tool and run (vLLM's --num-warmups, autotune's "
+        "warmup_requests); the sim server then runs without its prefix cache",
+    )
+    p.add_argument(
         "--shared-prefix",
         default=None,
         metavar="G,P,S,Q",
@@ -1371,7 +1392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = Load(
         concurrency=args.concurrency, input_len=args.input_len, output_len=args.output_len,
         requests=args.requests, request_rate=args.request_rate, burstiness=args.burstiness,
-        max_concurrency=args.max_concurrency,
+        max_concurrency=args.max_concurrency, warmups=args.warmups,
         shared_prefix=None if args.shared_prefix is None else tuple(  # type: ignore[arg-type]
             int(x) for x in args.shared_prefix.split(",")),
     )  # fmt: skip

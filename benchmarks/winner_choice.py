@@ -30,6 +30,9 @@ per-configuration sigma (``replay_study``), so it runs on any surface ``load_sur
     .venv/bin/python benchmarks/winner_choice.py --json reports/winner_choice.json   # ~6 min
     .venv/bin/python benchmarks/winner_choice.py --studies-from reports/winner_choice.json
     .venv/bin/python benchmarks/winner_choice.py --seeds 4 --replays 20 --surfaces gemm-kernel
+
+``--budgets 6,12,24,48`` replaces the rules by the race at each of those budgets (beside
+none and fixed top-3 x2): how many restarts the 2% target costs at a noise level.
 """
 
 from __future__ import annotations
@@ -206,6 +209,11 @@ def judge(
     return rows
 
 
+def budget_rules(budgets: Sequence[int]) -> tuple[Rule, ...]:
+    """The race at each budget, beside no re-measurement and fixed top-3 x2."""
+    return (RULES[0], RULES[1], *(Rule(f"race, budget {b}", RacePolicy(budget=b)) for b in budgets))
+
+
 def sigma_of(surface: Surface, level: str) -> Callable[[TrialConfig], float]:
     """A fixed sigma (``"0.05"``) or the surface's own ``noise_sigma`` (``"surface"``)."""
     if level == "surface":
@@ -258,6 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=50, help="re-measure phases per study")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
+        "--budgets",
+        default=None,
+        help="comma-separated restart budgets: the race at each, instead of the default rules",
+    )
+    parser.add_argument(
         "--studies-from",
         type=Path,
         default=None,
@@ -270,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             earlier[(cell["surface"], cell["noise"])] = cell["configs"]
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rules = RULES
+    if args.budgets:
+        rules = budget_rules([int(b) for b in args.budgets.split(",") if b.strip()])
     started = time.perf_counter()
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "cells": []}
     for name in [s for s in args.surfaces.split(",") if s]:
@@ -288,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for seed in range(args.first_seed, args.first_seed + args.seeds)
                 ]
             t1 = time.perf_counter()
-            rows = judge(studies, RULES, replays=args.replays)
+            rows = judge(studies, rules, replays=args.replays)
             cell = {
                 "surface": name,
                 "noise": level,

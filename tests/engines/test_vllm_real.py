@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 STUDY_FILE = REPO / "studies" / "vllm-cpu-smoke.yaml"
 MODEL = REPO / "studies" / "models" / "llama-tiny"
 TRIALS = 4
-RUN_TIMEOUT_S = 900  # ~4 minutes expected (288 s here); starts take 40-70 s each on 2 busy cores
+RUN_TIMEOUT_S = 1200  # ~4 minutes expected (288 s here, 476 s in CI); starts take 40-70 s each
 REFUSAL = "Value error, max_num_batched_tokens (512) is smaller than max_model_len (2048)."
 
 
@@ -96,7 +96,10 @@ def test_the_baseline_is_measured_and_its_server_read_back(tuned: Tuned) -> None
     assert base["engine_version"] == {"server": "0.32.0"}  # GET /version after the start
     assert base["effective"]["server"] == {"version": "0.32.0"}
     requests, out_len = 320, 64  # studies/vllm-cpu-smoke.yaml
-    assert base["metrics"]["completed"] == requests
+    # every measured request, not a share cut by the max_duration_s cap (a slow baseline on a
+    # busy machine once hit an earlier 60 s cap: 248 of 320)
+    assert base["metrics"]["completed"] == requests, base.get("stop_reason")
+    assert base.get("stop_reason") is None
     counted = base["server_metrics"]["server"]
     # the window is the measured phase: not the 32 warm-up requests before it
     assert counted["generation_tokens"] == requests * out_len

@@ -315,7 +315,9 @@ def test_flush_cache_empties_it_and_waits_for_idle(prefill_cached: tuple[str, Pr
     url, proc = prefill_cached
     prompt = ids(LONG, 41)
     stream(url, prompt, max_tokens=1)
-    warm, _ = stream(url, prompt, max_tokens=1)
+    # the fastest of three cached prefills: one alone read 0.31 s beside the suite on 2 busy
+    # cores (HTTP and scheduling, not the model), against a cold prefill's 1.0 s
+    warm = min(stream(url, prompt, max_tokens=1)[0] for _ in range(3))
     assert httpx.post(url + "/flush_cache").status_code == 200
     assert "Cache flushed successfully!" in proc.log()
     cold, _ = stream(url, prompt, max_tokens=1)
