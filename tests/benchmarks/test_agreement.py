@@ -179,6 +179,27 @@ def test_the_prompts_are_autotunes_own_in_dispatch_order(ag: ModuleType, tmp_pat
     ]
 
 
+def test_warm_ups_reach_both_tools_and_the_measured_prompts_follow_them(
+    ag: ModuleType, tmp_path: Path
+) -> None:
+    shape = {"concurrency": 2, "input_len": 5, "output_len": 3}
+    warm = ag.Load(requests=4, warmups=2, **shape)
+    spec = ag.load_spec(warm, seed=7, model="m")
+    assert spec.warmup_requests == 2 and spec.requests == 4
+    # autotune warms up on the first two prompts of its stream; the four it measures, the
+    # ones vLLM's dataset file gets, come after them
+    longer = ag.load_spec(ag.Load(requests=6, **shape), seed=7, model="m")
+    assert ag.autotune_prompts(spec, "m") == ag.autotune_prompts(longer, "m")[2:]
+    server = ag.Server("http://127.0.0.1:1", "m", [], {}, 0)
+
+    def warmups(load: object) -> str:
+        args = ag.vllm_args(server, load, seed=7, dataset=tmp_path / "d.json",
+                            tokenizer=tmp_path, result=tmp_path / "r.json")  # fmt: skip
+        return str(args[args.index("--num-warmups") + 1])
+
+    assert warmups(warm) == "2" and warmups(ag.Load(requests=4, **shape)) == "0"
+
+
 def test_open_loop_and_shared_prefix_settings_reach_loadspec(ag: ModuleType) -> None:
     load = ag.Load(request_rate=4.0, burstiness=0.5, max_concurrency=3, requests=8)
     spec = ag.load_spec(load, seed=0, model="m")
