@@ -221,8 +221,8 @@ class Load:
 
 def load_spec(load: Load, *, seed: int, model: str) -> LoadSpec:
     """autotune's spec for ``load``: ``load.warmups`` warm-up requests, text prompts, a fixed
-    request count; open
-    loop: ``request_rate``, ``burstiness`` and ``max_concurrency`` as given."""
+    request count; open loop: ``request_rate``, ``burstiness`` and ``max_concurrency`` as
+    given."""
     return LoadSpec.model_validate(spec_data(load, seed=seed, model=model))
 
 

@@ -3,15 +3,15 @@
 A generated surface (``benchmarks/surfaces/generated.py``) is the product of three independent
 blocks (numeric: memory, batch, speculation; categorical: the needles; main effects), so the
 log of a configuration's shortfall against the optimum splits exactly into one deficit per
-block: ``max(feasible lv of the block) - lv of the block at the configuration``. This runs the
-pure-surface loop (``sample_efficiency.run_one``: the product's suggest/finish code, each
-launch measured with the surface's own noise) for every surface of the chosen levels and
-seeds, takes the configuration the tuner would report after ``--trials`` trials (its best
-measured launch) and the truly best one it measured, and prints the mean deficit per block,
-the share of runs with a categorical deficit over 2% and the median fraction of the optimum.
+block (``GeneratedSurface.block_deficits``). This runs the pure-surface loop
+(``sample_efficiency.run_one``: the product's suggest/finish code, each launch measured with
+the surface's own noise) for every surface of the chosen levels and seeds, takes the
+configuration the tuner would report after ``--trials`` trials (its best measured launch) and
+the truly best one it measured, and prints the mean deficit per block, the share of runs with
+a categorical deficit over 2% and the median fraction of the optimum.
 
     .venv/bin/python benchmarks/deficit_by_block.py --levels easy,medium,hard --surfaces 10 \\
-        --seeds 5 --trials 40                                            # ~4 min, 2 cores
+        --seeds 5 --trials 40                                            # ~30 s
 """
 
 from __future__ import annotations
@@ -31,17 +31,6 @@ from sample_efficiency import generated_module, run_one, surface_of  # noqa: E40
 BLOCKS = ("numeric", "categorical", "main")
 CATEGORICAL_DEFICIT = 0.02
 """A log deficit above this (about 2% of throughput) counts as a missed combination."""
-
-
-def block_deficits(gen: object, config: dict[str, object]) -> list[float]:
-    """Log deficit of ``config`` in each block of the generated surface ``gen``."""
-    ev = gen.evaluator  # type: ignore[attr-defined]
-    ok = generated_module().OK
-    _, idx = ev.indices(config)
-    return [
-        float(np.max(np.where(block.fail == ok, block.lv, -np.inf))) - float(block.lv[i])
-        for block, i in zip(ev.blocks, idx, strict=True)
-    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pick = max(measured, key=lambda k: run.observed[k])
                 top = max(measured, key=lambda k: run.true_values[k])
                 for rows, k in ((reported, pick), (truest, top)):
-                    deficits = block_deficits(gen, run.configs[k])
+                    deficits = gen.block_deficits(run.configs[k])
                     rows.append([run.true_values[k] / gen.optimum, *deficits])
         a, b = np.array(reported), np.array(truest)
         print(

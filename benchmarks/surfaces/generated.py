@@ -346,6 +346,11 @@ class Block:
             return np.log(np.exp(self.L) + self.A) + self.G
         return self.L + self.G
 
+    @cached_property
+    def best(self) -> float:
+        """The highest log score of a feasible point."""
+        return float(np.max(np.where(self.fail == OK, self.lv, -np.inf)))
+
     def index(self, codes: Mapping[str, int]) -> int:
         if not self.shape:
             return 0
@@ -955,6 +960,10 @@ class _Evaluator:
         _, idx = self.indices(config)
         return float(self.blocks[0].sigma[idx[0]])  # type: ignore[index]
 
+    def deficits(self, config: Mapping[str, Any]) -> list[float]:
+        _, idx = self.indices(config)
+        return [b.best - float(b.lv[i]) for b, i in zip(self.blocks, idx, strict=True)]
+
 
 def _reasons(r: Recipe) -> dict[tuple[int, int], Callable[[Mapping[str, Any]], str]]:
     mem, batch, trap = r.roles["mem"], r.roles["batch"], r.roles["trap"]
@@ -1005,6 +1014,12 @@ class GeneratedSurface:
         """Lognormal sigma of one measurement of ``config``: larger at high batch and near
         the out-of-memory edge (1-6%; a flat 3% for the held-out preset)."""
         return self.evaluator.noise_sigma(config)
+
+    def block_deficits(self, config: Mapping[str, Any]) -> list[float]:
+        """Log deficit of ``config`` against the best feasible point of each block (numeric,
+        categorical, main effects): the blocks are independent, so for a feasible
+        configuration they sum to ``log(optimum / value)``."""
+        return self.evaluator.deficits(config)
 
     @cached_property
     def space(self) -> Any:
