@@ -11,12 +11,22 @@ that refuses ``ignore_eos``. Built the same way everywhere, so a preset names th
   about 2 s on a CPU: what the vLLM CPU tests and ``launchers/vllm-cpu-local.yaml`` serve.
 * ``h200-2.8b``: hidden 3072, 28 layers, 24 heads / 8 KV heads, MLP 8192; 2.84B parameters, the
   model issue 7's hand measurements served on one H200 (``scripts/h200/run.sh``).
+* ``h200-7b``: Llama-3-8B's shape (hidden 4096, 32 layers, 32 heads / 8 KV heads, MLP 14336,
+  8192 positions) with the 4096-word vocabulary: 7.0B parameters, 14 GB; the dense model of the
+  vLLM-on-an-H200 study (``studies/vllm-h200-dense.yaml``).
+* ``h200-moe``: Mixtral's architecture (``MixtralForCausalLM``) at hidden 2048, 16 layers, 16
+  heads / 4 KV heads, 32 experts of MLP 1408, 4 routed per token: 4.61B parameters, 0.8B active
+  per token; the MoE model of ``studies/vllm-h200-moe.yaml``, where vLLM's fused-MoE kernel
+  and its configuration (E=32, N=1408) are the levers.
+* ``tiny-moe``: the same architecture at the tiny preset's size (4 experts, 2 routed), for
+  checking the MoE path on a CPU.
 
 A directory that already holds the model built with the same settings is left as it is (the
 settings are kept in ``autotune-model.json``); different settings rebuild it.
 
     python3 scripts/build_model.py --out /tmp/autotune-model-tiny
     python3 scripts/build_model.py --preset h200-2.8b --out /tmp/autotune-model
+    python3 scripts/build_model.py --preset h200-moe --out /tmp/autotune-moe
 """
 
 from __future__ import annotations
@@ -35,7 +45,16 @@ PRESETS: dict[str, dict[str, int]] = {
              "kv_heads": 4, "max_len": 2048},
     "h200-2.8b": {"vocab": 4096, "hidden": 3072, "intermediate": 8192, "layers": 28,
                   "heads": 24, "kv_heads": 8, "max_len": 4096},
+    "h200-7b": {"vocab": 4096, "hidden": 4096, "intermediate": 14336, "layers": 32,
+                "heads": 32, "kv_heads": 8, "max_len": 8192},
+    # experts > 0: a Mixtral-shaped mixture of experts (intermediate is one expert's MLP)
+    "h200-moe": {"vocab": 4096, "hidden": 2048, "intermediate": 1408, "layers": 16,
+                 "heads": 16, "kv_heads": 4, "max_len": 4096, "experts": 32, "top_k": 4},
+    "tiny-moe": {"vocab": 4096, "hidden": 256, "intermediate": 256, "layers": 2, "heads": 4,
+                 "kv_heads": 4, "max_len": 2048, "experts": 4, "top_k": 2},
 }
+SIZE_FIELDS = ("vocab", "hidden", "intermediate", "layers", "heads", "kv_heads", "max_len",
+               "experts", "top_k")
 
 
 def vocabulary(size: int) -> list[str]:
@@ -66,9 +85,15 @@ def build_tokenizer(words: list[str], out: Path, *, max_len: int) -> None:
 
 def build_model(vocab: int, out: Path, args: argparse.Namespace) -> int:
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MixtralConfig,
+        MixtralForCausalLM,
+    )
 
-    config = LlamaConfig(
+    common = dict(
         vocab_size=vocab,
         hidden_size=args.hidden,
         intermediate_size=args.intermediate,
@@ -82,10 +107,20 @@ def build_model(vocab: int, out: Path, args: argparse.Namespace) -> int:
         pad_token_id=3,
         dtype="bfloat16",
     )
+    config: LlamaConfig | MixtralConfig
+    if args.experts:
+        # transformers 5.x saves the experts as fused tensors, which vLLM 0.26.0 loads.
+        config = MixtralConfig(
+            num_local_experts=args.experts, num_experts_per_tok=args.top_k, **common
+        )
+        arch: type = MixtralForCausalLM
+    else:
+        config = LlamaConfig(**common)
+        arch = LlamaForCausalLM
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = LlamaForCausalLM(config)
+        model = arch(config)
     with torch.no_grad():
         model.lm_head.weight[config.eos_token_id].zero_()
     model.generation_config = GenerationConfig(
@@ -99,14 +134,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    for name in PRESETS["tiny"]:
+    for name in SIZE_FIELDS:
         ap.add_argument(f"--{name.replace('_', '-')}", type=int, help="overrides the preset")
     args = ap.parse_args(argv)
-    sizes = {k: getattr(args, k) or v for k, v in PRESETS[args.preset].items()}
+    preset = {"experts": 0, "top_k": 0, **PRESETS[args.preset]}
+    sizes = {k: getattr(args, k) or v for k, v in preset.items()}
+    if sizes["experts"] and not 0 < sizes["top_k"] <= sizes["experts"]:
+        ap.error(f"--top-k must be 1..{sizes['experts']} (the number of experts)")
     for k, v in sizes.items():
         setattr(args, k, v)
+    # A dense model's stamp names no experts (the stamps of models built before MoE still match).
+    recorded = {k: v for k, v in sizes.items() if v or k not in ("experts", "top_k")}
     stamp = args.out / STAMP
-    if stamp.is_file() and json.loads(stamp.read_text()) == sizes:
+    if stamp.is_file() and json.loads(stamp.read_text()) == recorded:
         print(f"model already at {args.out} ({args.preset})")
         return
     t0 = time.monotonic()
@@ -118,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     words = vocabulary(args.vocab)
     build_tokenizer(words, tmp, max_len=args.max_len)
     n = build_model(len(words), tmp, args)
-    (tmp / STAMP).write_text(json.dumps(sizes, indent=2) + "\n")
+    (tmp / STAMP).write_text(json.dumps(recorded, indent=2) + "\n")
     tmp.rename(args.out)  # complete or absent: an interrupted build is never served
-    print(f"built {n / 1e6:.1f}M-parameter Llama in {args.out} in {time.monotonic() - t0:.1f} s")
+    kind = f"Mixtral ({args.experts} experts)" if args.experts else "Llama"
+    print(f"built {n / 1e6:.1f}M-parameter {kind} in {args.out} in {time.monotonic() - t0:.1f} s")
 
 
 if __name__ == "__main__":

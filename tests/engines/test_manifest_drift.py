@@ -27,7 +27,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "autotune" / "engines" / "manifests").glob("*.json"))
-ALWAYS = {("sglang", "0.5.23"), ("sglang-router", "0.3.2"), ("vllm", "0.32.0"), ("vllm", "0.33.0")}
+ALWAYS = {
+    ("sglang", "0.5.23"),
+    ("sglang-router", "0.3.2"),
+    ("vllm", "0.26.0"),
+    ("vllm", "0.32.0"),
+    ("vllm", "0.33.0"),
+}
 """Built when missing (session fixtures); the others are checked when their venv exists."""
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 MAX_LISTED = 40
