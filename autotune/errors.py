@@ -15,6 +15,7 @@ The whole tree (a class defined elsewhere names its module)::
     |-- ShellError          remote.shell: a host is unreachable or a command on it timed out
     |   `-- HostKeyError    remote.ssh: a host's key is unknown or has changed (never retried)
     |-- HostFailure         trial.pipeline: a host was lost mid-trial; the run stops, resumable
+    |-- Unscorable          trial.pipeline: measured, but the objective's figure is missing
     |-- ClaimedElsewhere    study.claims: another worker's trial is measuring this config
     |-- WorkerBusy          study.workers: a live process already runs under this worker name
     |-- DependencyError     launch.order: depends_on names an unknown service or makes a cycle
@@ -22,7 +23,8 @@ The whole tree (a class defined elsewhere names its module)::
 
 WorkerBusy, DependencyError and DomainError reach the user as a ConfigError that names the
 option or the field; ClaimedElsewhere never reaches the user (the loop records the trial as
-``claimed`` and goes on). Outside the tree: private exceptions (a leading underscore), which
+``claimed`` and goes on), nor does Unscorable (the trial is recorded infeasible with its
+reason, ``no_telemetry``). Outside the tree: private exceptions (a leading underscore), which
 never leave their module.
 """
 

@@ -49,6 +49,9 @@ class Failure(str, Enum):
     """The load generator could not produce a measurement."""
     request_errors = "request_errors"
     """More requests failed than the SLO's ``max_error_rate`` allows (metrics kept)."""
+    no_telemetry = "no_telemetry"
+    """The objective needs the GPUs' energy per output token and the measured phase has
+    none (no NVML or GPU here, services on another host, no energy reading); metrics kept."""
     forbidden = "forbidden"
     """A forbidden rule of the space applies: nothing was launched."""
     # Not about the configuration: FAIL trials, the configuration is retried (or not run).

@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.telemetry import Telemetry
 from autotune.trial.record import ConfigValue, ServiceRecord, TrialRecord
 
 THROUGHPUT = "output_throughput_tok_s"
@@ -74,6 +75,8 @@ class TrialResult(BaseModel):
     overrides: list[str] = Field(default_factory=list)
     server_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Service -> what its own ``/metrics`` counted in the measured phase."""
+    telemetry: Telemetry | None = None
+    """The GPUs over the measured phase, with J/token (``TrialRecord.telemetry``)."""
     capacity: dict[str, Any] | None = None
     """A capacity search's result (``TrialRecord.capacity``)."""
     curve: list[dict[str, Any]] = Field(default_factory=list)
@@ -136,6 +139,7 @@ class TrialResult(BaseModel):
                 effective=record.effective,
                 overrides=record.overrides,
                 server_metrics=record.server_metrics,
+                telemetry=record.telemetry,
                 capacity=record.capacity,
                 curve=record.curve,
                 engine_version=record.engine_version,
@@ -718,6 +722,7 @@ OBJECTIVE_LABELS = {
     "capacity_req_s": ("capacity", "req/s"),
     "capacity_streams": ("capacity", "streams"),
     "goodput_req_s": ("goodput", "req/s"),
+    "output_tok_per_kj": ("energy efficiency", "tok/kJ"),
 }
 """The first objective's stored name -> (what it is, its unit), for every display."""
 

@@ -6,6 +6,7 @@ The study modules are imported inside the command (Optuna, SQLAlchemy), which ``
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,19 +74,20 @@ def explain(
     file's explain: section, overridden by these options."""
     from pydantic import ValidationError
 
-    from autotune.explain import ExplainSettings, load_explanation
+    from autotune.explain import ExplainSettings, load_explanation, load_runs
     from autotune.study.definition import load_study_definition
     from autotune.study.progress import make_progress
     from autotune.study.runner import Tuner
 
     check_study(study)
     if show:
-        found = load_explanation(open_existing(study, storage))
+        opened = open_existing(study, storage)
+        found = load_explanation(opened)
         if found is None:
             raise AutotuneError(
                 f"study {study!r} has no explanation yet: run `autotune explain --study {study}`"
             )
-        print_explanation(found)
+        print_explanation(found, runs=load_runs(opened))
         return
     definition = load_study_definition(study_file_path(study, study_file))
     given = {
@@ -128,7 +130,7 @@ def explain(
         )
         raise typer.Exit(code=130)
     assert result is not None
-    print_explanation(result)
+    print_explanation(result, runs=load_runs(open_existing(study, storage)))
     say(
         f"done: {summary.explained} runs in {summary.seconds:.0f}s. Next: autotune best "
         f"--study {study} --minimal, autotune report --study {study}"
@@ -154,19 +156,44 @@ def _mean(m: Any) -> str:
     return f"{m.mean.value:,.1f}{half} (n={m.n}{slo})"
 
 
-def print_explanation(e: Any) -> None:
-    """The explanation as three tables: effects, path, minimal winner."""
+def _energy(m: Any, runs: Mapping[str, Sequence[Any]]) -> str:
+    """A configuration's GPU figures over its runs that measured them: mean J/token and
+    mean power (``""`` when none did)."""
+    tele = [r.telemetry for r in runs.get(m.key or "", ()) if r.telemetry is not None]
+    per_token = [t.energy_per_token_j for t in tele if t.energy_per_token_j is not None]
+    power = [t.power_mean_w for t in tele if t.power_mean_w is not None]
+    parts = []
+    if per_token:
+        parts.append(f"{sum(per_token) / len(per_token):.4g} J/token")
+    if power:
+        parts.append(f"{sum(power) / len(power):,.0f} W")
+    return ", ".join(parts)
+
+
+def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -> None:
+    """The explanation as three tables: effects, path, minimal winner. ``runs`` (the
+    stored runs by configuration key): where their GPUs were measured, each
+    configuration's J/token and power beside its figures."""
     unit = e.unit
+    runs = runs or {}
+    gpu = any(r.telemetry is not None and r.telemetry.available for rs in runs.values() for r in rs)
     noise = "" if e.noise_sd is None else f"; run-to-run noise {100 * e.noise_sd:.1f}%"
+    energy = (
+        f"; GPU: winner {_energy(e.winner_measured, runs) or 'n/a'}, baseline "
+        f"{_energy(e.baseline_measured, runs) or 'n/a'}"
+        if gpu
+        else ""
+    )
     console.print(
         Text(
             f"trial #{e.winner}: {_mean(e.winner_measured)} {unit}; baseline "
-            f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs"
+            f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs{energy}"
             + ("" if e.complete else f" (incomplete: {e.stopped or 'not finished'})")
         )
     )
     table = Table(title=f"what each change bought ({unit}, 95% interval)")
-    for col in ("change", "baseline -> winner", "winner without it", "contribution", "share"):
+    columns = ["change", "baseline -> winner", "winner without it", "contribution", "share"]
+    for col in columns + (["without it: J/token, GPU power"] if gpu else []):
         table.add_column(col)
     for x in sorted(
         e.effects,
@@ -180,18 +207,27 @@ def print_explanation(e: Any) -> None:
         label = x.change + (" (required)" if x.required else "")
         if x.note:
             label += f"\n  {x.note}"
-        table.add_row(
-            Text(label), Text(values), Text(_mean(x.without)), _interval(x.contribution), share
-        )
+        cells: list[Text | str] = [
+            Text(label),
+            Text(values),
+            Text(_mean(x.without)),
+            _interval(x.contribution),
+            share,
+        ]
+        if gpu:
+            cells.append(Text(_energy(x.without, runs) or "-"))
+        table.add_row(*cells)
     console.print(table)
     if e.path:
         path = Table(title=f"from the baseline to the winner, largest change first ({unit})")
-        for col in ("added", "measured", "step"):
+        for col in ("added", "measured", "step") + (("J/token, GPU power",) if gpu else ()):
             path.add_column(col)
-        path.add_row("(baseline)", Text(_mean(e.baseline_measured)), "")
+        tail = [Text(_energy(e.baseline_measured, runs) or "-")] if gpu else []
+        path.add_row("(baseline)", Text(_mean(e.baseline_measured)), "", *tail)
         for step in e.path:
             label = " + ".join(step.added) + (f"\n  {step.note}" if step.note else "")
-            path.add_row(Text(label), Text(_mean(step.measured)), _interval(step.step))
+            tail = [Text(_energy(step.measured, runs) or "-")] if gpu else []
+            path.add_row(Text(label), Text(_mean(step.measured)), _interval(step.step), *tail)
         console.print(path)
     m = e.minimal
     if m is not None:

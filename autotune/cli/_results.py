@@ -157,6 +157,8 @@ def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
     if base is not None and base.throughput and m.measured.mean is not None:
         table.add_row("gain over baseline", f"{m.measured.mean.value / base.throughput:,.1f}x")
     shown_trial = redact_trial(trial)
+    for label, text in shown_trial.telemetry.rows() if shown_trial.telemetry else ():
+        table.add_row(label, Text(text))
     table.add_row("config", Text(json.dumps(shown_trial.config, sort_keys=True)))
     for name, svc in shown_trial.services.items():
         table.add_row(Text(f"{name} command"), Text(svc.command))
@@ -215,6 +217,9 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
         table.add_row("error rate", f"{m['error_rate']:.3f}")
     for name, counted in (winner.server_metrics or {}).items():
         table.add_row(Text(f"{name} (its /metrics)"), Text(server_metrics_text(counted)))
+    if winner.telemetry is not None:  # None: the trial predates GPU telemetry
+        for label, text in winner.telemetry.rows():
+            table.add_row(label, Text(text))
     for name, version in (winner.engine_version or {}).items():
         table.add_row(Text(f"{name} version"), Text(version))
     table.add_row("config", Text(json.dumps(winner.config, sort_keys=True)))

@@ -52,6 +52,7 @@ def minimal_trial(
         metrics=last.metrics,
         engine_version=last.engine_version,
         overrides=last.overrides,
+        telemetry=last.telemetry,
         deployment=winner.deployment,
         feasible=all(r.feasible for r in done),
         throughput=mean,

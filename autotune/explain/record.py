@@ -23,6 +23,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.telemetry import Telemetry
 from autotune.trial.record import ConfigValue, ServiceRecord
 
 RUN_PREFIX = "explain:run:"
@@ -55,6 +56,8 @@ class ExplainRun(BaseModel):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     capacity: dict[str, Any] | None = None
     """A capacity search's result (its bracket is the value's resolution)."""
+    telemetry: Telemetry | None = None
+    """The GPUs over the run's measured phase (power, J/token), when they were measured."""
 
     @property
     def value(self) -> float | None:

@@ -24,11 +24,13 @@ SAMPLERS = ("tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo")
 """``gp``, ``catcma`` and ``rfbo`` need an optional extra (autotune/study/extra_samplers.py)."""
 OBJECTIVES = tuple(
     f"{primary}{suffix}"
-    for primary in ("throughput", "capacity", "goodput")
+    for primary in ("throughput", "capacity", "goodput", "energy")
     for suffix in ("", "_vs_tpot", "_vs_ttft")
 )
-"""What a study maximizes (output tok/s at the load, the highest load meeting the SLOs, or
-requests/s meeting them at the load's rate), alone or against a p99 latency (Pareto)."""
+"""What a study maximizes (output tok/s at the load, the highest load meeting the SLOs,
+requests/s meeting them at the load's rate, or output tokens per kJ of GPU energy at the
+load: the fewest J/token, which needs GPU telemetry), alone or against a p99 latency
+(Pareto)."""
 Objective = Literal[
     "throughput",
     "throughput_vs_tpot",
@@ -39,6 +41,9 @@ Objective = Literal[
     "goodput",
     "goodput_vs_tpot",
     "goodput_vs_ttft",
+    "energy",
+    "energy_vs_tpot",
+    "energy_vs_ttft",
 ]
 MAX_RACE_BUDGET = 500
 """Restarts one race may spend (a re-measurement's index stays below the journal's 1000)."""

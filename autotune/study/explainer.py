@@ -152,6 +152,7 @@ class Explainer:
             overrides=record.overrides,
             phase_seconds=record.phase_seconds,
             capacity=record.capacity,
+            telemetry=record.telemetry,
         )
         self._store(run_key(step.key, index), run.model_dump(mode="json"))
         self.measured += 1

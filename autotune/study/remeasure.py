@@ -269,6 +269,7 @@ class Remeasurer:
                     "sim_speedup",
                     "restarted",
                     "capacity",
+                    "telemetry",
                 )
                 if k in record.model_fields_set or k == "phase_seconds"
             },

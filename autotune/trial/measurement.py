@@ -62,6 +62,9 @@ class Measured:
     curve: list[dict[str, Any]] = field(default_factory=list)
     """Points of the latency-throughput curve (the capacity probes, or the ``curve:``
     sweep), by ``x``."""
+    output_tokens: int = 0
+    """Every output token of the measured phase (a capacity search: all its probes'): what
+    the phase's GPU energy is divided by for J/token. Not the curve's, swept after it."""
 
     def score_inputs(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """What the scorer reads: the stored ``metrics`` (this measurement's, dumped once by
@@ -100,6 +103,7 @@ def measure(
             measure_seconds=result.measure_seconds,
             stop_reason=result.stop_reason,
             aborted=result.aborted,
+            output_tokens=result.metrics.output_tokens,
         )
     else:
         out = _capacity(endpoint, load, plan.capacity, speedup, deadline, on_phase, on_progress)
@@ -147,4 +151,5 @@ def _capacity(
             "probes": len(found.probes),
         },
         curve=sorted(points, key=lambda point: point["x"]),
+        output_tokens=sum(p.metrics.output_tokens for p in found.probes),
     )

@@ -35,6 +35,7 @@ from autotune.loadgen import AbortRule, LoadSpec, probe_text
 from autotune.render import render
 from autotune.space import SearchSpace
 from autotune.specs import ServiceSpec
+from autotune.telemetry import TelemetrySampler, gpu_sampler
 from autotune.trial.effective import find_overrides
 from autotune.trial.measurement import MeasurePlan
 from autotune.trial.measurement import measure as measure_deployment
@@ -50,8 +51,19 @@ class HostFailure(AutotuneError):
     """A host could not be reached: the run stops; the trial's config is retried on resume."""
 
 
+class Unscorable(AutotuneError):
+    """Raised by :meth:`Scorer.values`: the trial was measured, but the figure the objective
+    needs is missing (J/token without GPU telemetry). The trial is infeasible with
+    ``failure`` and this reason, never scored as a zero that would look like a result."""
+
+    def __init__(self, reason: str, *, failure: str) -> None:
+        super().__init__(reason)
+        self.failure = failure
+
+
 class Scorer(Protocol):
-    """From measured metrics to the objective's values and the constraint values."""
+    """From measured metrics to the objective's values and the constraint values
+    (:meth:`values` may raise :class:`Unscorable`)."""
 
     def values(self, metrics: Mapping[str, Any]) -> list[float]: ...
     def constraints(self, metrics: Mapping[str, Any]) -> dict[str, float]: ...
@@ -223,6 +235,7 @@ class TrialPipeline:
             return self._after_fault(specs, record, failure=Failure.wrong_output, reason=wrong)
 
         watch = self._metrics_watch(specs)
+        gpus = self._gpu_sampler(specs)
 
         def on_load_phase(name: str) -> None:
             self.on_phase("warm-up" if name.startswith("warm") else name)
@@ -230,6 +243,11 @@ class TrialPipeline:
                 failpoint("warmup")
             if name == "measure":
                 watch.begin()
+                gpus.begin()  # last: its window starts where the load does
+
+        def on_curve() -> None:
+            gpus.end()  # a curve swept after the measurement is not in its energy
+            self.on_phase("curve")
 
         def on_progress(done: int, total: int) -> None:
             if done == 1:
@@ -238,7 +256,7 @@ class TrialPipeline:
         bench_error: BenchError | None = None
         speedup = self.deployment.sim_speedup
         client_cpus = self.deployment.client_cpu_set()
-        with watch:  # the sampling thread never outlives the load, Ctrl-C included
+        with watch, gpus:  # the sampling threads never outlive the load, Ctrl-C included
             try:
                 with pinned(client_cpus):  # started first: the sampler keeps every core
                     if client_cpus is not None:
@@ -252,12 +270,15 @@ class TrialPipeline:
                         on_phase=on_load_phase,
                         on_progress=on_progress,
                         abort_if=None if fresh else abort_if,
-                        on_curve=lambda: self.on_phase("curve"),
+                        on_curve=on_curve,
                     )
             except BenchError as exc:
                 bench_error = exc
         if watch.summary:
             record.server_metrics = on_modeled_clock(watch.summary, self.deployment.sim_speedup)
+        telemetry = gpus.end()
+        if telemetry is not None:
+            record.telemetry = telemetry
         if bench_error is not None:
             timed_out = time.monotonic() >= deadline
             return self._after_fault(
@@ -287,6 +308,8 @@ class TrialPipeline:
             record.stop_reason = result.stop_reason
         if result.aborted:
             record.aborted = result.aborted
+        if telemetry is not None:
+            record.telemetry = telemetry = telemetry.with_tokens(result.output_tokens)
         limit = self.settings.max_error_rate
         if metrics["error_rate"] > limit:
             errors = ", ".join(f"{n}x {text}" for text, n in metrics["errors"].items())
@@ -298,10 +321,15 @@ class TrialPipeline:
             )[:2000]
             self.launcher.stop_all()  # the next trial starts from fresh processes
         scored = result.score_inputs(metrics)
+        if telemetry is not None:
+            scored = {**scored, **telemetry.score_inputs()}
+        try:
+            values = self.scorer.values(scored)
+        except Unscorable as exc:  # request_errors, when set, stays the trial's fault
+            failure, reason = record.failure or exc.failure, record.reason or str(exc)
+            return failed(self.scorer, record, failure=failure, reason=reason)
         return TrialOutcome(
-            values=self.scorer.values(scored),
-            constraints=self.scorer.constraints(scored),
-            record=record,
+            values=values, constraints=self.scorer.constraints(scored), record=record
         )
 
     def evaluate(
@@ -355,6 +383,16 @@ class TrialPipeline:
             if warning not in self._warned:
                 self._warned.add(warning)
                 self.on_warning(warning)
+
+    def _gpu_sampler(self, specs: Mapping[str, ServiceSpec]) -> TelemetrySampler:
+        """NVML over the GPUs the services use, opened now (before the warm-up: opening
+        is not free); a machine or deployment that cannot be measured says why, once."""
+        sampler = gpu_sampler(specs, cpus=self.deployment.services_cpu_set())
+        warning = f"GPU telemetry: none ({sampler.none_reason}); trials record that"
+        if sampler.none_reason is not None and warning not in self._warned:
+            self._warned.add(warning)
+            self.on_warning(warning)
+        return sampler
 
     def _metrics_watch(self, specs: Mapping[str, ServiceSpec]) -> ServerMetricsWatch:
         """A watch over every service that has a ``metrics_url`` and an engine that names

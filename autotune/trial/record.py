@@ -18,13 +18,15 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.telemetry import Telemetry
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
 ``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
 (a trial carried from an earlier study by a warm start, not one of this study's); 4:
 ``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points); 5:
-``client_cpus`` (where the load generator ran)."""
+``client_cpus`` (where the load generator ran); 6: ``telemetry`` (the GPUs over the measured
+phase, or why none)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -104,6 +106,10 @@ class TrialRecord(BaseModel):
     client_cpus: str | None = None
     """The CPUs the load generator's thread ran on while it measured, read back inside the
     deployment's ``client_cpus`` placement (``None``: not placed)."""
+    telemetry: Telemetry | None = None
+    """The GPUs over the measured phase (utilization, memory, power, energy, J/token), or
+    ``source: none`` and why (:mod:`autotune.telemetry`); ``None``: nothing was measured, or
+    the trial predates telemetry."""
     warm_start_from: str | None = None
     """Set on a trial a warm start carried from an earlier study (``STUDY#N``: that study's
     trial N, a launch that failed there): evidence for the sampler, never one of this
@@ -172,6 +178,7 @@ class RemeasureRecord(BaseModel):
     capacity: dict[str, Any] | None = None
     """The capacity search's result, as the trial stores it (its bracket is the value's
     resolution: :func:`autotune.results.bracket_width`)."""
+    telemetry: Telemetry | None = None
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("of", "repeat", "values", "constraints", "feasible")
 
