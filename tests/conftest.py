@@ -16,11 +16,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # default again.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
+from engine_guard import REAL_ENGINE_TESTS, RealEngineGuard  # noqa: E402
 from pg_server import pg_server_fixture, pg_url_fixture  # noqa: E402
 
 # A real PostgreSQL server for the session (tests/pg_server.py), a fresh database per test.
 pg_server = pytest.fixture(scope="session", name="pg_server")(pg_server_fixture)
 pg_url = pytest.fixture(name="pg_url")(pg_url_fixture)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under AUTOTUNE_REQUIRE_ENGINES=1 a run fails unless a real engine was tuned
+    # (tests/engine_guard.py).
+    config.pluginmanager.register(RealEngineGuard(config, REAL_ENGINE_TESTS), "real-engine-guard")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

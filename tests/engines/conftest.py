@@ -35,6 +35,8 @@ ROUTER = ("sglang-router", "0.3.2")
 
 BUILD_TIMEOUT_S = 1200
 DUMPER_TIMEOUT_S = 300
+BUILD_MODEL = ROOT / "scripts" / "build_model.py"
+MODEL_BUILD_TIMEOUT_S = 300
 
 
 def engines_required() -> bool:
@@ -151,6 +153,30 @@ def ensure_engine(engine: str, version: str) -> Path:
     pytest.skip(f"{engine} {version} environment not built: {unreachable}")
 
 
+def build_model(python: Path, out: Path) -> None:
+    """``PYTHON scripts/build_model.py --out OUT`` (the tiny preset; it returns at once when the
+    model is there), one build at a time: the real-engine tests of vLLM and transformers serve
+    build the same directory from parallel xdist workers, and two builds at once remove each
+    other's half-written files."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.tests.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            proc = subprocess.run(
+                [str(python), str(BUILD_MODEL), "--out", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=MODEL_BUILD_TIMEOUT_S,
+            )
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"building the model at {out} with {python} failed:\n{_tail(proc.stderr, 40)}",
+            pytrace=False,
+        )
+
+
 def run_dumper(python: Path, mode: str, engine: str, payload: Any = None) -> Any:
     """``ENGINE_PY dump_parser.py MODE ENGINE`` (``payload`` as JSON on stdin); its JSON."""
     with tempfile.TemporaryFile("w+") as stdin:
@@ -194,6 +220,7 @@ class EngineEnvs:
     built_python = staticmethod(built_python)
     ensure = staticmethod(ensure_engine)
     run_dumper = staticmethod(run_dumper)
+    build_model = staticmethod(build_model)
 
 
 @pytest.fixture(scope="session")

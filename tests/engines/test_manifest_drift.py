@@ -1,9 +1,9 @@
 """Each committed manifest is what its engine's real parser says today.
 
 ``autotune/engines/manifests/ENGINE-VERSION.json`` is generated, never edited: for each one
-whose engine environment exists (``.venv-engines/ENGINE-VERSION``; SGLang 0.5.23 and
-sglang-router 0.3.2 are built by ``make test`` and by the fixtures, vLLM and transformers
-serve only when someone built them with ``scripts/engines/manifest.py install``), the test
+whose engine environment exists (``.venv-engines/ENGINE-VERSION``; those in ``ALWAYS`` are
+built by ``make test`` and by the fixtures, the others only when someone built them with
+``scripts/engines/manifest.py install``), the test
 dumps the parser again and compares, ``generated_by`` aside. On a mismatch it lists the
 options added, removed and changed; regenerate with
 ``python3 scripts/engines/manifest.py generate ENGINE VERSION --venv .venv-engines/ENGINE-VERSION``.
@@ -30,6 +30,7 @@ MANIFESTS = sorted((ROOT / "autotune" / "engines" / "manifests").glob("*.json"))
 ALWAYS = {
     ("sglang", "0.5.23"),
     ("sglang-router", "0.3.2"),
+    ("transformers-serve", "5.17.0"),
     ("vllm", "0.26.0"),
     ("vllm", "0.32.0"),
     ("vllm", "0.33.0"),

@@ -56,13 +56,7 @@ class Tuned:
 def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
     python = engine_envs.ensure("vllm", "0.32.0")
     skip_unless_kernels_run(python)
-    build = subprocess.run(
-        [str(python), str(REPO / "scripts" / "build_model.py"), "--out", str(MODEL)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stderr[-3000:]
+    engine_envs.build_model(python, MODEL)
     cwd = tmp_path_factory.mktemp("vllm-run")
     db = cwd / "vllm.db"
     run = autotune_cli(
