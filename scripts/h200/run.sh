@@ -109,7 +109,8 @@ failures() {
         --host 127.0.0.1 --port "$3" $4 >"$dir/$1.log" 2>&1 &
     pid=$!
     while kill -0 $pid 2>/dev/null; do
-      if curl -sf "http://127.0.0.1:$3/health" >/dev/null 2>&1; then
+      # uvicorn listens once start-up is complete (no curl on the GPU image is assumed)
+      if (exec 3<>"/dev/tcp/127.0.0.1/$3") 2>/dev/null; then
         echo "[autotune] the server came up: not a start-up failure" >>"$dir/$1.log"
         kill $pid; break
       fi
