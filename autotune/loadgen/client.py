@@ -458,7 +458,7 @@ async def _complete(
     att = stream.att
     try:
         # A total limit: a server that drips one byte a second must not hold the request.
-        work = conn.exchange(request, stream) if started is None else conn.finish(started)
+        work = conn.exchange(request, stream) if started is None else conn.finish(started, stream)
         await asyncio.wait_for(work, timeout_s)
         stream.finish()
     except asyncio.TimeoutError:

@@ -8,6 +8,14 @@ connection is an :class:`asyncio.Protocol` that parses the response head once an
 hands the de-chunked body bytes of every network read straight to a sink: one callback
 per read, no coroutine switch per chunk. The worker awaits one future per request.
 
+Servers close idle keep-alive connections (uvicorn after 5 s, the default of vLLM's, SGLang's
+and transformers serve's servers): a request written just as the server closes is lost, and
+reads as "Server disconnected without sending a response" (seen on the H200 when a slow
+configuration's warm-up wave left connections idle for seconds). So a connection idle for
+:data:`KEEPALIVE_EXPIRY_S` is not reused, and a request that a reused connection loses that way
+(no byte of a response came back) is sent again once on a new connection, as browsers and
+urllib3 do for a connection closed under them.
+
 Failures raise httpx's exception types (``ConnectError``, ``ReadError``,
 ``RemoteProtocolError``, ...) so that :func:`autotune.loadgen._http.connection_error` words
 them exactly as before. Timeouts are the caller's: cancelling :meth:`WorkerConnection.exchange`
@@ -19,13 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from time import monotonic
 from typing import Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""A connection idle longer than this is closed instead of reused (below uvicorn's 5 s)."""
 MAX_HEAD_BYTES = 64 * 1024
 """A response head longer than this is refused (h11's limit is 16 KiB)."""
+_NOTHING_BACK = "Server disconnected without sending a response"
 _CRLF = b"\r\n"
 _HEAD_END = b"\r\n\r\n"
 
@@ -76,10 +88,14 @@ class _Conn(asyncio.Protocol):
         self._need_crlf = False  # chunked: the CRLF after a chunk's data is still to come
         self._trailers = False  # chunked: after the last chunk, reading (empty) trailers
         self._keep_alive = True
+        self.idle_since = monotonic()
+        self.exchanges = 0  # requests written on this connection
+        self.request = b""  # the last one, to send again if the server closed under it
 
     # ---- asyncio.Protocol ----
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.idle_since = monotonic()
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:
@@ -112,7 +128,7 @@ class _Conn(asyncio.Protocol):
             err: Exception = httpx.ReadError(str(exc) or type(exc).__name__)
             err.__cause__ = exc
         elif self._in_head and not self._buf:
-            err = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            err = httpx.RemoteProtocolError(f"{_NOTHING_BACK}.")
         else:
             where = "response head" if self._in_head else "message body"
             err = httpx.RemoteProtocolError(
@@ -264,6 +280,7 @@ class _Conn(asyncio.Protocol):
         waiter = self._waiter
         self._waiter = self._sink = None
         self.reusable = self._keep_alive and not self.closed
+        self.idle_since = monotonic()
         if not self.reusable:
             self._close()
         if waiter is not None and not waiter.done():
@@ -297,8 +314,14 @@ class _Conn(asyncio.Protocol):
         self._in_head, self._buf, self._mode = True, b"", ""
         self._keep_alive = True
         self.reusable = False
+        self.exchanges += 1
+        self.request = request
         self.transport.write(request)
         return waiter
+
+    def fresh_for_reuse(self) -> bool:
+        """Open, idle, and not idle so long that the server may be closing it."""
+        return self.reusable and monotonic() - self.idle_since < KEEPALIVE_EXPIRY_S
 
 
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str], str]:
@@ -360,7 +383,7 @@ class WorkerConnection:
         later leaves at once (:meth:`start_now`); a failure is left to :meth:`exchange`,
         which opens it again and reports it."""
         conn = self._conn
-        if conn is not None and conn.reusable:
+        if conn is not None and conn.fresh_for_reuse():
             return
         if conn is not None:
             conn.abort()
@@ -374,28 +397,38 @@ class WorkerConnection:
     async def exchange(self, request: bytes, sink: BodySink) -> None:
         """Send ``request`` (head + body) and feed the response to ``sink`` until it ends."""
         conn = self._conn
-        if conn is None or not conn.reusable:
+        if conn is None or not conn.fresh_for_reuse():
             if conn is not None:
                 conn.abort()
             conn = self._conn = None
             conn = self._conn = await self._connect()
-        await self.finish(conn.start(request, sink))
+        await self.finish(conn.start(request, sink), sink)
 
     def start_now(self, request: bytes, sink: BodySink) -> asyncio.Future[None] | None:
         """Write ``request`` at once on the open keep-alive connection (no event-loop
         round trip before it leaves); ``None`` when a connection must be opened first (then
         :meth:`exchange`)."""
         conn = self._conn
-        if conn is None or not conn.reusable:
+        if conn is None or not conn.fresh_for_reuse():
             return None
         return conn.start(request, sink)
 
-    async def finish(self, waiter: asyncio.Future[None]) -> None:
-        """Wait for the response of :meth:`start_now` like :meth:`exchange` does."""
+    async def finish(self, waiter: asyncio.Future[None], sink: BodySink) -> None:
+        """Wait for the response of :meth:`start_now` like :meth:`exchange` does; a request
+        that a reused connection lost before any response byte is sent once more on a new
+        one (the server closed the idle connection as the request went out)."""
         conn = self._conn
         assert conn is not None
         try:
             await waiter
+        except httpx.RemoteProtocolError as exc:
+            conn.abort()
+            self._conn = None
+            if conn.exchanges < 2 or not str(exc).startswith(_NOTHING_BACK):
+                raise
+            retry = self._conn = await self._connect()
+            await self.finish(retry.start(conn.request, sink), sink)
+            return
         except BaseException:
             conn.abort()
             self._conn = None
