@@ -23,12 +23,34 @@ class VLLMEngine(BaseEngine):
         FailurePattern(
             88, "cuda_oom", r"Available memory on node \d+ .* is less than (desired|requested)"
         ),
+        # The GPU build's logs (0.26.0 on the H200, tests/engines/data/vllm-0.26.0/) prefix
+        # every line with its process, "(EngineCore pid=N)" or "(APIServer pid=N)", so the
+        # generic line-start patterns of autotune/failures.py do not see them.
+        # vllm/v1/worker/utils.py: --gpu-memory-utilization asks for more than is free.
+        FailurePattern(
+            88,
+            "cuda_oom",
+            r"Free memory on device \S+ \(.*\) on startup is less than desired GPU memory",
+        ),
+        # vllm/v1/core/kv_cache_utils.py: the weights and activations left nothing for KV.
+        FailurePattern(88, "cuda_oom", r"No available memory for the cache blocks"),
+        # vllm/platforms/cuda.py: a forced attention backend that refuses the configuration
+        # (e.g. FLEX_ATTENTION with an fp8 KV cache).
+        FailurePattern(
+            65, "config_rejected", r"ValueError: Selected backend \S+ is not valid for this"
+        ),
+        # vllm/v1/cudagraph_dispatcher.py: CUDA-graph sizes that capture cannot honour,
+        # raised once the model is loaded and compiled.
+        FailurePattern(64, "config_rejected", r"ValueError: compile_sizes contains \d+ which"),
+        # Any other ValueError the engine core raised at start-up: its line, not the API
+        # server's "Engine core initialization failed" below.
+        FailurePattern(31, "config_rejected", r"^\(EngineCore pid=\d+\) ValueError: "),
         # vllm/v1/attention/selector: block size the CPU attention backend cannot use.
         FailurePattern(65, "config_rejected", r"No common block size for \d+"),
         # A config class refused the combination (vllm/config/*.py validators): the line under
         # "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig"
         # says what, e.g. "Value error, max_num_batched_tokens (512) is smaller than ...".
-        FailurePattern(63, "config_rejected", r"^\s*Value error, "),
+        FailurePattern(63, "config_rejected", r"^(\(\w+ pid=\d+\))?\s*Value error, "),
         FailurePattern(62, "config_rejected", r"pydantic_core\._pydantic_core\.ValidationError"),
         # vllm/v1/engine/utils.py: the engine core process died during start-up (the root cause
         # is above it; this names the start-up failure when nothing more specific matched).

@@ -93,3 +93,85 @@ def test_the_servers_counters_over_a_real_window() -> None:
     assert "spec_acceptance_rate" not in window  # no speculative config: not exported
     assert after.kind("vllm:num_preemptions_total") == "counter"
     assert after.kind("vllm:kv_cache_usage_perc") == "gauge"
+
+
+GPU_DATA = Path(__file__).resolve().parent / "data" / "vllm-0.26.0"
+"""Logs of the GPU build, vLLM 0.26.0 on one H200 (``scripts/h200/run.sh failures``, the
+configurations of ``scripts/h200/failures-vllm-0.26.0.txt``), unedited but for the harness's
+own closing line. Every line there carries its process, ``(EngineCore pid=N)`` or
+``(APIServer pid=N)``: the generic line-start patterns miss them, the engine's own must not."""
+
+GPU_CASES = [
+    # --gpu-memory-utilization 1.0: more than the free memory at start.
+    (
+        "start-oom-free-memory.log",
+        Failure.cuda_oom,
+        "ValueError: Free memory on device cuda:0 (139.29/139.8 GiB) on startup is less than "
+        "desired GPU memory utilization (1.0, 139.8 GiB).",
+    ),
+    # --kv-cache-memory-bytes 256M for the 7B model's 8192 positions.
+    (
+        "start-oom-kv-one-request.log",
+        Failure.cuda_oom,
+        "ValueError: To serve at least one request with the model's max seq len (8192), (1.0 GiB "
+        "KV cache is needed, which is larger than the available KV cache memory (0.25 GiB).",
+    ),
+    # --gpu-memory-utilization 0.10: the 7B model's 14 GB of weights leave no KV cache.
+    (
+        "start-oom-no-cache-blocks.log",
+        Failure.cuda_oom,
+        "ValueError: No available memory for the cache blocks.",
+    ),
+    # --async-scheduling with n-gram speculation: VllmConfig's validator.
+    (
+        "start-refuse-async-ngram.log",
+        Failure.config_rejected,
+        "Value error, Currently, async scheduling is only supported with EAGLE/MTP/Draft "
+        "Model/NGram GPU/DSpark kind of speculative decoding",
+    ),
+    # --attention-backend FLEX_ATTENTION --kv-cache-dtype fp8 (the space forbids it).
+    (
+        "start-refuse-flex-fp8kv.log",
+        Failure.config_rejected,
+        "ValueError: Selected backend AttentionBackendEnum.FLEX_ATTENTION is not valid for this "
+        "configuration. Reason: ['kv_cache_dtype not supported']",
+    ),
+    # --moe-backend marlin on bf16 experts (the MoE space forbids it).
+    (
+        "start-refuse-marlin-bf16.log",
+        Failure.config_rejected,
+        "ValueError: moe_backend='marlin' is not supported for unquantized MoE.",
+    ),
+    # --tensor-parallel-size 2 on one GPU.
+    (
+        "start-refuse-tp2.log",
+        Failure.config_rejected,
+        "Value error, World size (2) is larger than the number of available GPUs (1) in this node.",
+    ),
+    # CUDA-graph sizes the dispatcher refuses once the model is loaded and compiled.
+    (
+        "start-capture-compile-sizes.log",
+        Failure.config_rejected,
+        "ValueError: compile_sizes contains 3 which would be padded to 4.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("log", "failure", "line"), GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_a_real_gpu_start_up_failure_is_named_by_its_real_line(
+    log: str, failure: Failure, line: str
+) -> None:
+    text = (GPU_DATA / log).read_text()
+    assert line in text
+    assert "Engine core initialization failed" in text or "ValidationError" in text
+    found = classify_log(text)
+    assert found.failure is failure, found
+    assert line in found.line, found.line  # the cause, not "Engine core initialization failed"
+    scan = LogScan()
+    for chunk in text.splitlines(keepends=True):
+        scan.feed(chunk)
+    assert scan.result == found
+
+
+def test_every_kept_gpu_log_is_a_case() -> None:
+    assert sorted(p.name for p in GPU_DATA.glob("*.log")) == sorted(c[0] for c in GPU_CASES)
