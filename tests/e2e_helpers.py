@@ -55,3 +55,19 @@ def autotune_cli(
 
 def load(study: str, db: Path) -> optuna.Study:
     return optuna.load_study(study_name=study, storage=f"sqlite:///{db}")
+
+
+class TunedStudy:
+    """A study tuned by ``autotune run`` in ``cwd`` into the SQLite file ``db``, and the CLI on
+    it: what the real-engine tests (vLLM, transformers serve) share."""
+
+    study = ""
+    """The study's name in the database (each test's subclass sets it)."""
+
+    def __init__(self, cwd: Path, db: Path, run: subprocess.CompletedProcess[str]) -> None:
+        self.cwd, self.db, self.run = cwd, db, run
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return autotune_cli(
+            *args, "--study", self.study, "--storage", f"sqlite:///{self.db}", cwd=self.cwd
+        )

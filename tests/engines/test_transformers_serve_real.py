@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import REPO, autotune_cli, load
+from e2e_helpers import REPO, TunedStudy, autotune_cli, load
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
 
@@ -50,16 +47,8 @@ LEVER_FLAGS = ("--continuous-batching", "--attn-implementation", "--dtype", "--c
 _START = re.compile(r"^=== autotune: start serve at \S+: (.*)$", re.M)
 
 
-@dataclass
-class Tuned:
-    cwd: Path
-    db: Path
-    run: subprocess.CompletedProcess[str]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return autotune_cli(
-            *args, "--study", STUDY, "--storage", f"sqlite:///{self.db}", cwd=self.cwd
-        )
+class Tuned(TunedStudy):
+    study = STUDY
 
     def attrs(self) -> list[dict[str, Any]]:
         trials = load(STUDY, self.db).get_trials()

@@ -18,13 +18,10 @@ one study, shared by every assertion here. What it must show:
 from __future__ import annotations
 
 import json
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import REPO, autotune_cli, load
+from e2e_helpers import REPO, TunedStudy, autotune_cli, load
 from engine_cpu import skip_unless_kernels_run
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
@@ -40,16 +37,8 @@ RUN_TIMEOUT_S = 1200  # ~4 minutes expected (288 s here, 476 s in CI); starts ta
 REFUSAL = "Value error, max_num_batched_tokens (512) is smaller than max_model_len (2048)."
 
 
-@dataclass
-class Tuned:
-    cwd: Path
-    db: Path
-    run: subprocess.CompletedProcess[str]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return autotune_cli(
-            *args, "--study", "vllm", "--storage", f"sqlite:///{self.db}", cwd=self.cwd
-        )
+class Tuned(TunedStudy):
+    study = "vllm"
 
 
 @pytest.fixture(scope="module")
