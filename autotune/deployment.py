@@ -50,6 +50,7 @@ from autotune.cpus import available_cpus, format_cpu_list, parse_cpu_list
 from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError
 from autotune.hosts import HostSpec, validate_hosts
+from autotune.pinned_env import PINNED_ENV, pinned_problem
 from autotune.ports import pick_free_ports
 from autotune.specs import ServiceSpec
 from autotune.yamlio import one_line_errors, read_yaml, validation_error_to_config_error
@@ -491,6 +492,12 @@ def _check(dep: Deployment) -> None:
     validate_hosts(dep.hosts, file=file)
     for n, s in dep.services.items():
         base = f"services.{n}"
+        for var, value in s.env.items():
+            problem = pinned_problem(var, value)
+            if problem is not None:
+                raise ConfigError(
+                    problem, file=file, field=f"{base}.env.{var}", allowed=[PINNED_ENV[var]]
+                )
         if s.on is not None and s.on not in dep.hosts:
             raise ConfigError(
                 f"unknown host {s.on!r}"

@@ -10,7 +10,9 @@ For each service the deployment's command and environment are the base; the sear
   the next ``--flag``, in both forms (a switch has none; ``--prefill URL 8998`` has two);
 * ``env`` is merged over the base environment; ``unset_env`` removes variables from it and
   is carried in ``ServiceSpec.unset_env`` so the launcher also removes them from the
-  environment it inherits (``NCCL_PROTO`` set in the shell must not leak into a trial).
+  environment it inherits (``NCCL_PROTO`` set in the shell must not leak into a trial);
+* the variables of :data:`autotune.pinned_env.PINNED_ENV` (NVLink multicast off) are set last,
+  in every service, so the environment the launcher inherits cannot turn multicast on either.
 
 Only tokens after the program (``python -m module``), i.e. from the first ``--flag`` on,
 are edited; ``wrapper`` (``numactl ...``) is never edited. Output is deterministic: the same
@@ -29,6 +31,7 @@ from typing import Protocol
 from autotune.cpus import format_cpu_list
 from autotune.deployment import Deployment, expand
 from autotune.errors import ConfigError
+from autotune.pinned_env import PINNED_ENV
 from autotune.space.settings import ServiceSettings
 from autotune.specs import ServiceSpec
 from autotune.yamlio import one_line_errors
@@ -211,6 +214,7 @@ def _render(
             env[key] = _value(value, what=f"env {key}", service=name)
         for key in settings.unset_env:
             env.pop(key, None)
+        env.update(PINNED_ENV)  # NVLink multicast off in every service (autotune/pinned_env.py)
         wrapper = [ex(t, f"wrapper[{i}]") for i, t in enumerate(svc.wrapper)]
         if (
             services_cpus is not None

@@ -18,6 +18,7 @@ from decimal import Decimal
 
 from autotune.engines import BaseEngine, get_engine
 from autotune.errors import ConfigError
+from autotune.pinned_env import PINNED_ENV, pinned_problem
 from autotune.space.expr import (
     RESERVED_NAMES,
     Expr,
@@ -296,6 +297,10 @@ class _Checker:
     def check_env(self, name: str, field: str) -> None:
         if not _ENV_RE.fullmatch(name):
             raise self.fail(field, f"'{name}' is not a valid environment variable name")
+        if name in PINNED_ENV:
+            # Whatever the lever would set it to (the same value would be no lever at all).
+            refused = pinned_problem(name, None) or ""
+            raise self.fail(field, refused.replace("it cannot be unset", "no lever may touch it"))
         for engine in self.checking:
             problem = engine.check_env(name)
             if problem is not None:

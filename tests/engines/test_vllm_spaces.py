@@ -52,8 +52,9 @@ CPU_SPACE = ROOT / "search_spaces" / "vllm-cpu.yaml"
 GPU_SPACE = ROOT / "search_spaces" / "vllm-gpu.yaml"
 H200_SPACE = ROOT / "search_spaces" / "vllm-h200.yaml"
 H200_MOE_SPACE = ROOT / "search_spaces" / "vllm-h200-moe.yaml"
-SPACES = (CPU_SPACE, GPU_SPACE, H200_SPACE, H200_MOE_SPACE)
-NAMES = ["vllm-cpu", "vllm-gpu", "vllm-h200", "vllm-h200-moe"]
+H200_TP_SPACE = ROOT / "search_spaces" / "vllm-h200-tp.yaml"
+SPACES = (CPU_SPACE, GPU_SPACE, H200_SPACE, H200_MOE_SPACE, H200_TP_SPACE)
+NAMES = ["vllm-cpu", "vllm-gpu", "vllm-h200", "vllm-h200-moe", "vllm-h200-tp"]
 
 
 def _exact(value: Any) -> Callable[[Any], bool]:
@@ -177,6 +178,13 @@ _H200: dict[str, Expect] = {
 }
 EXPECTED["vllm-h200"] = _H200
 EXPECTED["vllm-h200-moe"] = {**_H200, "moe_backend": Expect("moe_backend", _default_or("auto"))}
+EXPECTED["vllm-h200-tp"] = {
+    **_H200,
+    "tensor_parallel_size": Expect("tensor_parallel_size"),
+    "disable_custom_all_reduce": Expect(
+        "disable_custom_all_reduce", lambda v: v == "on", lambda p, w: bool(p) is w
+    ),
+}
 """Space name -> parameter -> the parsed field that must hold its value. Every sampled
 parameter that emits an option must be listed (test_every_option_parameter_is_checked)."""
 
@@ -305,6 +313,7 @@ def test_spaces_declare_the_releases_with_manifests() -> None:
     assert load_space(GPU_SPACE).engine_ref("server").version == "0.33.0"
     assert load_space(H200_SPACE).engine_ref("server").version == "0.26.0"
     assert load_space(H200_MOE_SPACE).engine_ref("server").version == "0.26.0"
+    assert load_space(H200_TP_SPACE).engine_ref("server").version == "0.26.0"
     for path in SPACES:
         space = load_space(path)
         assert get_engine("vllm", space.engine_ref("server").version).manifest is not None
@@ -363,6 +372,10 @@ def test_variables_are_rendered_and_known_to_vllm(name: str, runs: dict[str, Spa
     engine = get_engine("vllm", run.version)
     env_params = [p for p in run.space.sampled_params if isinstance(p.spec.target, EnvTarget)]
     assert env_params or name in ("vllm-gpu", "vllm-h200", "vllm-h200-moe")
+    if name == "vllm-h200-tp":  # NCCL's and vLLM's all-reduce variables
+        assert {"NCCL_PROTO", "NCCL_P2P_LEVEL", "VLLM_USE_NCCL_SYMM_MEM"} <= {
+            p.spec.target.env for p in env_params if isinstance(p.spec.target, EnvTarget)
+        }
     for param in env_params:
         target = param.spec.target
         assert isinstance(target, EnvTarget)
