@@ -30,7 +30,10 @@ def test_bundled_deployments_say_how_many_gpus_they_occupy() -> None:
         "sim-dsv4-flash-pd-ssh": 8,
         "sim-dsv4-flash-pd-2node": 16,  # two such nodes
         "transformers-serve-local": 1,
+        "transformers-serve-cpu": None,  # CPUs only
         "vllm-cpu-local": None,  # CPUs only: unknown, figures per deployment
+        "vllm-h200-dense": 1,  # one H200
+        "vllm-h200-moe": 1,
     }
 
 
