@@ -1,12 +1,16 @@
 """Queue the default, the hand-picked best and autotune's winner into one new study, so that
 `autotune run` measures them side by side on the same machine with the same load generator
-(the hand figures of issue 7 came from another client, so they are not comparable as such).
+(the hand figures came from other clients, so they are not comparable as such).
 
     python3 scripts/h200/side_by_side.py --winner-from sqlite:///studies/transformers-serve-h200.db
     python3 -m autotune run --study transformers-serve-h200-check --trials 3
 
-The check study (studies/transformers-serve-h200-check.yaml) has no early abort and
-re-measures its top 2 three times each from fresh processes.
+    python3 scripts/h200/side_by_side.py --study vllm-h200-dense-check \
+        --winner-study vllm-h200-dense --winner-from sqlite:///studies/vllm-h200-dense.db
+    python3 -m autotune run --study vllm-h200-dense-check --trials 3
+
+A check study (studies/*-check.yaml) has no early abort and re-measures its configurations
+from fresh processes (the defaults three times: issue 28's "vLLM's defaults (3 runs)").
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # --continuous-batching --cb-use-cuda-graph --cb-max-batch-tokens 512, every other lever at
 # its default (block size 256, KV sized from free memory, 90% of it).
-HAND_PICKED = {
+TRANSFORMERS_HAND_PICKED = {
     "continuous_batching": True,
     "attn_implementation": "default",
     "dtype": "auto",
@@ -29,6 +33,18 @@ HAND_PICKED = {
     "cb_max_batch_tokens": 512,
     "cb_max_memory_percent": 0.9,
 }
+# DOMAIN.md §8b, picked by hand on the 7B model: fp8 weights + fp8 KV + async scheduling (on by
+# default in 0.26.0) + 16k batched tokens; 9,164 tok/s at C=64, 1,024 in / 256 out.
+VLLM_DENSE_HAND_PICKED = {"quantization": "fp8", "kv_cache_dtype": "fp8",
+                          "max_num_batched_tokens": 16384}
+# DOMAIN.md §8b on the MoE model: --quantization fp8 (36% slower than the defaults by hand).
+VLLM_MOE_HAND_PICKED = {"quantization": "fp8"}
+HAND_PICKED = {
+    "transformers-serve-h200-check": TRANSFORMERS_HAND_PICKED,
+    "vllm-h200-dense-check": VLLM_DENSE_HAND_PICKED,
+    "vllm-h200-moe-check": VLLM_MOE_HAND_PICKED,
+}
+"""Check study -> the hand-picked configuration, as changes from the space's baseline."""
 
 
 def main() -> None:
@@ -37,6 +53,7 @@ def main() -> None:
 
     from autotune.results import best_estimate
     from autotune.space import load_space
+    from autotune.study.definition import load_study_definition
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--winner-from", required=True, help="storage URL of the tuning study")
@@ -46,7 +63,11 @@ def main() -> None:
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    space = load_space(ROOT / "search_spaces" / "transformers-serve.yaml")
+    if args.study not in HAND_PICKED:
+        raise SystemExit(f"no hand-picked configuration for {args.study} ({sorted(HAND_PICKED)})")
+    check = ROOT / "studies" / f"{args.study}.yaml"
+    space = load_space(check.parent / load_study_definition(check).space)
+    hand = {**space.baseline_params(), **HAND_PICKED[args.study]}
     tuned = optuna.load_study(study_name=args.winner_study, storage=args.winner_from)
     best = best_estimate(tuned)
     if best is None:
@@ -58,7 +79,7 @@ def main() -> None:
     if study.trials:
         raise SystemExit(f"{args.study} already has trials in {storage}")
     study.enqueue_trial(space.baseline_params(), user_attrs={"is_baseline": True})
-    for name, params in (("hand-picked", HAND_PICKED), (f"winner #{number}", winner)):
+    for name, params in (("hand-picked", hand), (f"winner #{number}", winner)):
         study.enqueue_trial(params, user_attrs={"label": name})
         print(f"queued {name}: {params}")
 
