@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trial_helpers import Reference
 
 from autotune.deployment import load_deployment
 from autotune.engines import get_engine
@@ -38,14 +39,6 @@ CONFIG = {
 SLO_MS = {"ttft_p99_ms": 4000.0, "tpot_p99_ms": 80.0}
 
 
-class Reference:
-    text: str | None = None
-
-    def get(self) -> str | None:
-        return self.text
-
-    def set(self, text: str) -> None:
-        self.text = text
 
 
 RUN_DIR: list[Path] = []

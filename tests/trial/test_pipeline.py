@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trial_helpers import Reference
 
 from autotune.deployment import load_deployment
 from autotune.engines import get_engine
@@ -33,15 +34,6 @@ SIM = REPO / "launchers" / "sim-dsv4-flash-pd.yaml"
 OBJECTIVE = Objective(kind="throughput", slo=SLOSettings())
 
 
-class Reference:
-    def __init__(self) -> None:
-        self.text: str | None = None
-
-    def get(self) -> str | None:
-        return self.text
-
-    def set(self, text: str) -> None:
-        self.text = text
 
 
 class FailingLauncher:

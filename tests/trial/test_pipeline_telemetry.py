@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fake_pynvml import FakeGpu, install
+from trial_helpers import Reference
 
 from autotune.deployment import load_deployment
 from autotune.engines import get_engine
@@ -29,14 +30,6 @@ ENERGY = Objective(kind="energy", slo=SLOSettings())
 SAMPLED = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage")
 
 
-class Reference:
-    text: str | None = None
-
-    def get(self) -> str | None:
-        return self.text
-
-    def set(self, text: str) -> None:
-        self.text = text
 
 
 def _pipeline(tmp_path: Path, launcher: Any, **kwargs: Any) -> TrialPipeline:
