@@ -11,6 +11,10 @@ use templates, checked when the file is loaded:
 * in a service: ``${service}``, ``${host}``, ``${port}`` of that service, and
   ``${ports.NAME}`` for each of its extra ports (``ports: {NAME: PORT}``);
 * anywhere: ``${NAME.host}`` / ``${NAME.port}`` / ``${NAME.ports.EXTRA}`` of service NAME;
+* ``${env:VAR}``: the variable ``VAR`` of the environment autotune runs in, read when the
+  services are rendered (a credential: ``HF_TOKEN: "${env:HF_TOKEN}"``, ``--api-key
+  "${env:AUTOTUNE_SECRET_API_KEY}"``), so the file never holds it; unset, rendering fails and
+  names it (``autotune init`` writes secrets this way);
 * ``$${`` is a literal ``${``.
 
 ``port: auto`` picks a free port once per :class:`Deployment` object (one tuning session),
@@ -26,10 +30,11 @@ Why one module of ~610 lines: the deployment model and its cross-field checks
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -413,13 +418,44 @@ class Deployment(BaseModel):
 
 
 # --------------------------------------------------------------------- templates
-def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> str:
-    """Replace ``${name}``; unknown names raise ConfigError naming file, field and allowed."""
+ENV_TEMPLATE = "env:"
+"""``${env:VAR}``: a variable of the environment autotune runs in (a credential kept out of
+the file)."""
+
+
+class _AnyEnviron(Mapping[str, str]):
+    """Every variable "set" (to ""): checking a file's templates needs no credential."""
+
+    def __getitem__(self, key: str) -> str:
+        return ""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def expand(
+    text: str,
+    values: Mapping[str, str],
+    *,
+    file: str,
+    field: str,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Replace ``${name}``; unknown names raise ConfigError naming file, field and allowed.
+    ``${env:VAR}`` reads ``environ`` (default: autotune's own environment)."""
 
     def sub(match: re.Match[str]) -> str:
         if match.group(1):
             return "${" + match.group(2) + "}"
         name = match.group(2).strip()
+        if name.startswith(ENV_TEMPLATE) and name not in values:
+            return _from_environ(name[len(ENV_TEMPLATE) :], environ, file=file, field=field)
         if name not in values:
             raise ConfigError(
                 f"unknown template '${{{match.group(2)}}}' in {text!r}",
@@ -430,6 +466,22 @@ def expand(text: str, values: Mapping[str, str], *, file: str, field: str) -> st
         return values[name]
 
     return _TEMPLATE_RX.sub(sub, text)
+
+
+def _from_environ(var: str, environ: Mapping[str, str] | None, *, file: str, field: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+        raise ConfigError(
+            f"'${{env:{var}}}': {var!r} is not an environment variable name", file=file, field=field
+        )
+    env = os.environ if environ is None else environ
+    if var not in env:
+        raise ConfigError(
+            f"'${{env:{var}}}' is read from the environment autotune runs in, and {var} is not "
+            f"set there: export {var} first",
+            file=file,
+            field=field,
+        )
+    return env[var]
 
 
 def _global_names(dep: Deployment) -> dict[str, str]:
@@ -545,7 +597,7 @@ def _check(dep: Deployment) -> None:
                 field=f"{base}.manager",
                 allowed=["systemd"],
             )
-    expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir")
+    expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir", environ=_AnyEnviron())
     for n, s in dep.services.items():
         for i, d in enumerate(s.depends_on):
             if d not in dep.services or d == n:
@@ -580,7 +632,7 @@ def _check(dep: Deployment) -> None:
         if service is not None:
             values.update({"service": "", "host": "", "port": ""})
             values.update({f"ports.{k}": "" for k in dep.services[service].ports})
-        expand(text, values, file=file, field=field)
+        expand(text, values, file=file, field=field, environ=_AnyEnviron())
         if field == "endpoint" or field.endswith((".health.url", ".info_url", ".metrics_url")):
             _check_url(text, file=file, field=field)
 

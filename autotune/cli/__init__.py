@@ -6,6 +6,7 @@ user can cause are printed as one line (file, field, allowed values) with exit c
 
 This module builds the app; each command lives with the others of its concern:
 
+* ``_init``: init (a deployment, a space and a study from what runs today)
 * ``_run``: run (the tuning loop)
 * ``_results``: best, report, status
 * ``_explain``: explain (what each of the winner's changes bought)
@@ -29,6 +30,7 @@ from autotune.cli._bench import bench
 from autotune.cli._common import help_text
 from autotune.cli._explain import explain
 from autotune.cli._hosts import apply, restore
+from autotune.cli._init import init
 from autotune.cli._results import best, report, status
 from autotune.cli._run import run
 from autotune.cli._space import space_check, space_render
@@ -50,6 +52,7 @@ def _command(group: typer.Typer, func: Callable[..., Any], name: str | None = No
 
 
 # Registered in the order `autotune --help` lists them.
+_command(app, init)
 _command(app, run)
 _command(app, best)
 _command(app, explain)
