@@ -115,6 +115,8 @@ def probe_server(url: str, *, timeout_s: float = 10.0) -> ServerReport:
             version = payload.get("version")
             if engine == "vllm" and set(payload) - {"version"}:
                 continue  # not vLLM's {"version": "..."}
+            if engine == "sglang" and ("vllm_config" in payload or "model_path" not in payload):
+                continue  # vLLM's own /server_info (VLLM_SERVER_DEV_MODE=1) is not SGLang's
             return ServerReport(engine, str(version) if version else None, base, payload)
     raise ConfigError(
         f"{base} answers neither SGLang's /server_info nor vLLM's /version ({', '.join(tried)})",

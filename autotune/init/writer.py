@@ -98,6 +98,9 @@ def study_dict(imported: Imported, load: LoadSettings) -> dict[str, Any]:
             "concurrency": load.concurrency,
             "input_len": load.input_len,
             "output_len": load.output_len,
+            # Text prompts (lengths in words): random token ids (1000-30000) may lie outside
+            # a small model's vocabulary, text never does.
+            "prompt": "text",
             "warmup_requests": load.concurrency,
             "requests": load.requests,
             "max_duration_s": 300,
