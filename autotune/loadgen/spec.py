@@ -122,6 +122,19 @@ class LoadSpec(BaseModel):
         return RandomDataset(input_len=self.input_len, output_len=self.output_len)
 
     @property
+    def max_output_len(self) -> int | None:
+        """The most output tokens one request may ask for, or None when the data decides
+        without a bound. The top-level ``output_len`` is not it once a dataset is given
+        (issue 28: a study of outputs 64-512 was judged by the default 32, so the early
+        abort's first-round bound was 16x too low and cut fast configurations on the H200)."""
+        ds = self.requests_dataset
+        fixed = getattr(ds, "output_len", None)
+        if fixed is not None:
+            return int(fixed)
+        total = getattr(ds, "max_total_len", None)
+        return int(total) if total is not None else None
+
+    @property
     def open_loop(self) -> bool:
         return self.request_rate is not None
 

@@ -68,7 +68,7 @@ class BelowIncumbent(AbortPolicy):
             settings=self.settings,
             incumbent=incumbent,
             streams=load.streams,
-            output_len=load.output_len,
+            output_len=load.max_output_len,
             speedup=self.speedup,
         )
 
@@ -88,7 +88,7 @@ def early_abort_reason(
     settings: EarlyAbortSettings,
     incumbent: tuple[float, int],
     streams: int,
-    output_len: int,
+    output_len: int | None,
     speedup: float = 1.0,
 ) -> str | None:
     """Why the measure phase should stop now, or None: even an optimistic figure for this
@@ -109,7 +109,9 @@ def early_abort_reason(
       ``streams x output_len`` tokens per mean latency; that bound x (1 +
       ``margin_before_ci``). A one-at-a-time server is therefore cut after a few requests
       instead of after a whole round of them (minutes on a GPU; BENCHMARKS.md, H200
-      section). Never with nothing done: the trial's figure is its completed requests, and
+      section). ``output_len`` is the longest output a request may ask for
+      (``LoadSpec.max_output_len``); None (answers of unbounded length) skips this bound.
+      Never with nothing done: the trial's figure is its completed requests, and
       a trial without any would be stored as a failure, not as a slow configuration.
     """
     margin = settings.margin_before_ci
@@ -123,11 +125,11 @@ def early_abort_reason(
     elif margin is None:
         return None
     elif done >= streams:
-        if elapsed > 0:
+        if elapsed > 0 and output_len is not None:
             rate = max(rate, done * output_len / elapsed)
         shown = rate / speedup
         half, basis = margin, f"estimate + {margin:.0%} (no interval yet)"
-    elif elapsed > 0 and done >= 1:
+    elif elapsed > 0 and done >= 1 and output_len is not None:
         rate = max(rate, streams * streams * output_len / ((streams - done) * elapsed))
         half = margin
         basis = f"first round unfinished after {elapsed:.1f} s: latency bound + {margin:.0%}"

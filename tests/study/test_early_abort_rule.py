@@ -97,3 +97,42 @@ def test_wall_clock_is_converted_to_modeled_time() -> None:
     # clock is 36.6 modeled, and the same bound applies.
     got = reason(elapsed=7.0 / 8, done=2, rate=36.6 * 8, speedup=8)
     assert got is not None and got.startswith("36.6 tok/s after 2 requests")
+
+
+def test_the_bound_uses_the_datasets_longest_output_not_the_top_level_default() -> None:
+    """Issue 28's H200 study: outputs 64-512 from a random dataset, top-level output_len left
+    at its default 32. Judged by 32 tokens, a fast first round (1 of 64 requests done after
+    1.8 s) looked capped at ~1,770 tok/s and was cut under an incumbent of 5,600; by 512
+    it may reach ~18,500 and is kept."""
+    from autotune.loadgen import LoadSpec
+    from autotune.study.abort import BelowIncumbent
+
+    load = LoadSpec.model_validate(
+        {
+            "concurrency": 64,
+            "dataset": {
+                "kind": "random",
+                "input_len": 2048,
+                "output_len": 512,
+                "range_ratio": 0.125,
+            },
+        }
+    )
+    assert load.output_len == 32 and load.max_output_len == 512
+    policy = BelowIncumbent(SETTINGS)
+    est = LiveEstimate(elapsed_s=1.8, completed=1, output_throughput=0.0, rel_half_width=None)
+    assert policy.reason(est, incumbent=(5627.5, 13), load=load) is None
+    assert (
+        early_abort_reason(
+            est, settings=SETTINGS, incumbent=(5627.5, 13), streams=64, output_len=32
+        )
+        is not None
+    )
+
+
+def test_answers_of_unbounded_length_skip_the_first_round_bound() -> None:
+    est = LiveEstimate(elapsed_s=30.0, completed=1, output_throughput=1.0, rel_half_width=None)
+    assert (
+        early_abort_reason(est, settings=SETTINGS, incumbent=(1e6, 1), streams=64, output_len=None)
+        is None
+    )
