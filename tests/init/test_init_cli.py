@@ -114,3 +114,22 @@ def test_a_running_sglang_says_its_release_in_server_info(
 def test_names_must_name_files(init: Init) -> None:
     result = init("--from-command", "vllm serve /m", name="../x", ok=False)
     assert "cannot name a deployment" in result.output
+
+
+def test_a_program_autotune_does_not_know_is_read_as_the_engine_its_server_says(
+    init: Init, fake_server: tuple[str, dict[str, Any]]
+) -> None:
+    """A wrapper script that starts vLLM: its flags are vLLM's, which the running server tells."""
+    url, routes = fake_server
+    routes["/version"] = {"version": "0.32.0"}
+    port = url.rsplit(":", 1)[1]
+    result = init("--from-command", f"./start-vllm.sh --port {port} --max-num-seqs 8", "--url", url)
+    assert f"vllm 0.32.0 (reported by {url})" in result.output
+    dep, space, _ = init.load()
+    assert dep["services"]["server"]["command"][0] == "./start-vllm.sh"
+    assert space["baseline"]["max_num_seqs"] == 8  # read with vLLM's parser
+    refused = init(
+        "--from-command", f"./start-vllm.sh --port {port} --max-num-seqz 8", "--url", url,
+        "--force", ok=False,
+    )  # fmt: skip
+    assert "unknown option --max-num-seqz in vllm 0.32.0" in refused.output
