@@ -148,8 +148,8 @@ def _raw_services(request: InitRequest) -> list[RawService]:
             out.append(systemd.from_unit_file(path))
             continue
         host, unit = _host_unit(item)
-        name, spec = _host_spec(host, request)
-        out.append(systemd.from_host(name, spec, unit))
+        name, hosts = _host_spec(host, request)
+        out.append(systemd.from_host(name, hosts, unit))
     if request.compose is not None:
         out += compose.read_compose(request.compose, request.compose_services or None)
     elif request.compose_services:
@@ -169,9 +169,10 @@ def _host_unit(item: str) -> tuple[str, str]:
     return host, unit
 
 
-def _host_spec(host: str, request: InitRequest) -> tuple[str, HostSpec]:
-    """A host named in ``--hosts FILE`` (a ``hosts:`` map, e.g. a deployment), else
-    ``[user@]address[:port]`` with ``--ssh-key`` and ``--known-hosts``."""
+def _host_spec(host: str, request: InitRequest) -> tuple[str, dict[str, HostSpec]]:
+    """A host named in ``--hosts FILE`` (a ``hosts:`` map, e.g. a deployment; with the hosts
+    it is reached through), else ``[user@]address[:port]`` with ``--ssh-key`` and
+    ``--known-hosts``."""
     if request.hosts_file is not None:
         from autotune.hosts import validate_hosts
         from autotune.yamlio import read_yaml
@@ -183,7 +184,10 @@ def _host_spec(host: str, request: InitRequest) -> tuple[str, HostSpec]:
         if host in entries:
             specs = {k: HostSpec.model_validate(v) for k, v in entries.items()}
             validate_hosts(specs, file=str(request.hosts_file))
-            return host, specs[host]
+            chain = {host: specs[host]}
+            while (jump := chain[list(chain)[-1]].jump) is not None and jump not in chain:
+                chain[jump] = specs[jump]
+            return host, chain
     match = _HOST_RE.match(host)
     if match is None:
         raise ConfigError(f"{host!r} is not [user@]address[:port]", field="--from-systemd")
@@ -197,7 +201,7 @@ def _host_spec(host: str, request: InitRequest) -> tuple[str, HostSpec]:
     if request.known_hosts:
         values["known_hosts"] = request.known_hosts
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", match.group("address"))
-    return name, HostSpec.model_validate(values)
+    return name, {name: HostSpec.model_validate(values)}
 
 
 def _default_name(front: ImportedService, services: list[ImportedService]) -> str:

@@ -191,6 +191,8 @@ def _service_dict(
         if service.raw.unit_dir and service.raw.unit_dir != spec.systemd_unit_dir:
             spec = spec.model_copy(update={"systemd_unit_dir": service.raw.unit_dir})
         hosts[host_name] = spec.model_dump(exclude_defaults=True)
+        for jump, jump_spec in service.raw.jump_hosts.items():
+            hosts.setdefault(jump, jump_spec.model_dump(exclude_defaults=True))
         out["on"] = host_name
     if service.raw.manager == "systemd":
         out["manager"] = "systemd"

@@ -67,6 +67,8 @@ class RawService:
     workdir: str | None = None
     host: tuple[str, HostSpec] | None = None
     """The SSH host that runs it (``--from-systemd HOST:UNIT``): its name and settings."""
+    jump_hosts: dict[str, HostSpec] = field(default_factory=dict)
+    """The hosts that ``host`` is reached through (``jump:``), by name."""
     manager: Literal["local", "systemd"] = "local"
     unit: str | None = None
     unit_dir: str | None = None

@@ -48,7 +48,7 @@ def read_service(raw: RawService, opts: ReadOptions, notes: list[str]) -> Import
     """``raw`` read with its engine's parser (see the module docstring)."""
     argv = raw.argv
     found = find_program(argv)
-    report = _report_for(raw, opts.reports)
+    report = _report_for(raw, opts.reports, found.engine if found is not None else None)
     if found is not None:
         name = found.engine
         start = commandline.program_start(argv, found.end, found.words)
@@ -91,17 +91,18 @@ def read_service(raw: RawService, opts: ReadOptions, notes: list[str]) -> Import
     return service
 
 
-def _report_for(raw: RawService, reports: list[ServerReport]) -> ServerReport | None:
-    """The ``--url`` report of this service: the one whose port its command names (or the
-    only one)."""
-    if not reports:
-        return None
+def _report_for(
+    raw: RawService, reports: list[ServerReport], engine: str | None
+) -> ServerReport | None:
+    """The ``--url`` report of this service: the one at the port its command names, else the
+    one report of its program's engine (a release is one per engine in a deployment)."""
     for report in reports:
         port = report.url.rsplit(":", 1)[-1].split("/", 1)[0]
         for i, word in enumerate(raw.argv):
             if word == f"--port={port}" or (word == "--port" and raw.argv[i + 1 : i + 2] == [port]):
                 return report
-    return reports[0] if len(reports) == 1 else None
+    same = [r for r in reports if engine is not None and r.engine == engine]
+    return same[0] if len(same) == 1 else None
 
 
 def _role(service: ImportedService) -> str:

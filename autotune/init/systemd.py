@@ -324,11 +324,13 @@ def from_unit_file(path: Path) -> RawService:
 _READ_FILE = 'if [ -e "$1" ]; then cat -- "$1"; else exit 3; fi'
 
 
-def from_host(host: str, spec: HostSpec, unit: str) -> RawService:
-    """``systemctl cat UNIT`` on ``host`` over SSH, plus its environment files."""
-    from autotune.remote.ssh import SSHShell
+def from_host(host: str, hosts: dict[str, HostSpec], unit: str) -> RawService:
+    """``systemctl cat UNIT`` on ``host`` over SSH (through its jump hosts, all in
+    ``hosts``), plus its environment files."""
+    from autotune.remote.ssh import HostPool
 
-    shell = SSHShell(host, spec)
+    pool = HostPool(hosts, file="--hosts")
+    shell = pool.get(host)
     try:
         result = shell.run(f"systemctl cat -- {shlex.quote(unit)}", timeout_s=60)
         if result.exit_code != 0:
@@ -355,11 +357,13 @@ def from_host(host: str, spec: HostSpec, unit: str) -> RawService:
             else:
                 files[path] = read.stdout
     finally:
-        shell.close()
-    return raw_service(
+        pool.close_all()
+    raw = raw_service(
         settings,
         files,
         origin=f"systemd unit {unit} on {host}",
         manager="systemd",
-        host=(host, spec),
+        host=(host, hosts[host]),
     )
+    raw.jump_hosts = {name: spec for name, spec in hosts.items() if name != host}
+    return raw

@@ -173,7 +173,7 @@ def stand_in_secrets(imported: Imported) -> Iterator[dict[str, str]]:
     for service in imported.services:
         for text in [*service.argv(), *service.env.values()]:
             names |= {m[6:-1] for m in REFERENCE.findall(text)}
-    values = {n: os.environ.get(n, f"<{n}>") for n in names}
+    values = {n: f"<{n}>" for n in names}  # never the real value, even when it is set
     saved = {n: os.environ.get(n) for n in names}
     os.environ.update(values)
     try:

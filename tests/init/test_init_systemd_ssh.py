@@ -266,3 +266,28 @@ def test_a_unit_imports_from_user_at_address_with_a_key(
         check=False,
     )  # fmt: skip
     assert missing.returncode == 2 and "No files found for nope.service" in missing.stderr
+
+
+def test_a_unit_behind_a_jump_host_imports_with_the_jump_host(
+    host: Host, deployed: object, tmp_path: Path
+) -> None:
+    bastion = host.lab.servers["loopback"]
+    hosts_file = tmp_path / "hosts.yaml"
+    common = {"user": "root", "key_file": str(host.lab.client_key), "connect_timeout_s": 5}
+    hosts = {
+        "bastion": {"address": bastion.address, "port": bastion.port,
+                    "known_hosts": str(host.lab.known_hosts), **common},
+        "gpu": {"address": "127.0.0.1", "port": host.server.port, "jump": "bastion",
+                "known_hosts": str(host.known_hosts), **common},
+    }  # fmt: skip
+    hosts_file.write_text(yaml.safe_dump({"hosts": hosts}))
+    before = bastion.accepted_logins()
+    out = tmp_path / "jump"
+    autotune_cli(
+        "init", "--from-systemd", f"gpu:{UNITS['prefill']}", "--hosts", str(hosts_file),
+        "--out", str(out), "--name", "behind", cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert bastion.accepted_logins() > before  # the connection went through the jump host
+    dep = yaml.safe_load((out / "launchers" / "behind.yaml").read_text())
+    assert dep["hosts"]["gpu"]["jump"] == "bastion" and "bastion" in dep["hosts"]
+    assert dep["services"]["prefill"]["on"] == "gpu"
