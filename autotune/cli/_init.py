@@ -52,7 +52,8 @@ def init(
     from_k8s: Path | None = typer.Option(
         None,
         "--from-k8s",
-        help="Kubernetes manifests (Deployment, StatefulSet, LeaderWorkerSet; several documents).",
+        help="Kubernetes manifests, a file or a directory of them (Deployment, StatefulSet, "
+        "LeaderWorkerSet; several documents).",
     ),
     url: list[str] | None = typer.Option(
         None,

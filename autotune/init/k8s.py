@@ -34,11 +34,19 @@ _SERVICE_LABEL = "autotune.io/service"
 
 
 def read_k8s(path: Path) -> list[RawService]:
-    """The serving container of every workload in ``path``."""
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not YAML: {exc}", file=str(path)) from None
+    """The serving container of every workload in ``path`` (a file, or every ``*.yaml`` /
+    ``*.yml`` of a directory in name order, as ``kubectl apply -f DIR`` reads it)."""
+    files = (
+        sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+        if path.is_dir()
+        else [path]
+    )
+    docs: list[Any] = []
+    for file in files:
+        try:
+            docs += [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read it: {exc}", file=str(file)) from None
     out: list[RawService] = []
     skipped: list[str] = []
     for i, doc in enumerate(docs):

@@ -206,6 +206,13 @@ def test_kubernetes_workloads_their_secrets_probes_and_gpus(init: Init, tmp_path
     assert qwen["env"]["API_KEY"] == "${env:API_KEY}" and qwen["port"] == 8000
     assert dep["gpus"] == 2 and "nccl_proto" in space["parameters"]  # two GPUs: collectives
     assert "container proxy (a sidecar) not imported" in result.output
+    folder = tmp_path / "manifests"  # a directory, as `kubectl apply -f DIR` reads one
+    folder.mkdir()
+    (folder / "a-server.yaml").write_text(yaml.safe_dump(server))
+    (folder / "b-service.yml").write_text(yaml.safe_dump(service))
+    (folder / "notes.txt").write_text("not a manifest")
+    init("--from-k8s", str(folder), "--force")
+    assert init.load()[0]["services"]["qwen"] == qwen
     assert "came from Secret s key k" in result.output
     assert "skipped Service qwen" in result.output
 
