@@ -156,7 +156,8 @@ def init(
     for finding in written.findings:
         say(finding)
     say(f"space check: ok ({written.checked} rendered commands read with the engines' parsers)")
-    study_file = written.study
+    here = written.study.resolve() == (Path("studies") / f"{imported.name}.yaml").resolve()
+    study_file = "" if here else f" --study-file {written.study}"
     say("next:")
-    say(f"  autotune run --study {imported.name} --study-file {study_file} --trials 20")
+    say(f"  autotune run --study {imported.name}{study_file} --trials 20")
     say(f"  autotune best --study {imported.name} --export systemd --out deploy/{imported.name}")

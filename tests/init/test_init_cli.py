@@ -52,6 +52,7 @@ def test_it_writes_three_files_and_says_what_to_run_next(init: Init) -> None:
     assert f"wrote {dep}" in output and f"wrote {space}" in output
     assert "space check: ok" in output
     assert f"autotune run --study imported --study-file {study} --trials" in output
+    assert "autotune best --study imported --export systemd" in output
 
 
 def test_existing_files_are_refused_unless_forced(init: Init) -> None:
