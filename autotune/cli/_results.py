@@ -32,14 +32,17 @@ from autotune.cli._common import (
 )
 from autotune.errors import AutotuneError, ConfigError
 
-EXPORT_FORMATS = ("systemd", "env", "command", "json")
+EXPORT_FORMATS = ("systemd", "env", "command", "json", "compose", "k8s")
+CONTAINER_FORMATS = ("compose", "k8s")
 
 
 @friendly
 def best(
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
-    export: str | None = typer.Option(None, "--export", help="systemd, env, command or json."),
+    export: str | None = typer.Option(
+        None, "--export", help="systemd, env, command, json, compose or k8s."
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="Output directory for --export (default: print)."
     ),
@@ -55,6 +58,14 @@ def best(
         help="The minimal winner instead (the fewest changes within the tolerance of the "
         "winner, found by `autotune explain`); every --export ships it.",
     ),
+    image: list[str] | None = typer.Option(
+        None,
+        "--image",
+        help="Container image for --export compose/k8s: IMAGE for every service or "
+        "SERVICE=IMAGE (repeatable). Default: vllm/vllm-openai:vVERSION for vLLM, "
+        "lmsysorg/sglang:vVERSION for SGLang and its router; none for the simulated, "
+        "transformers serve and generic servers.",
+    ),
 ) -> None:
     """Best feasible configuration (ranked by a lower confidence bound), its metrics, mean +-
     95% CI over its measurements and its gain over the baseline; with --minimal, the
@@ -67,6 +78,13 @@ def best(
     if export is not None and export not in EXPORT_FORMATS:
         raise ConfigError(
             f"unknown export format {export!r}", field="--export", allowed=EXPORT_FORMATS
+        )
+    if image and export not in CONTAINER_FORMATS:
+        raise ConfigError(
+            "--image is for --export compose or k8s"
+            + (f", not {export}" if export is not None else ""),
+            field="--image",
+            allowed=CONTAINER_FORMATS,
         )
     if out is not None:
         check_out(out, option="--out", directory=True)
@@ -103,6 +121,8 @@ def best(
             fmt=export,  # type: ignore[arg-type]
             out_dir=out,
             current=current,
+            study=study,
+            images=image or (),
         )
     if isinstance(written, str):
         sys.stdout.write(written if written.endswith("\n") else written + "\n")
