@@ -137,11 +137,15 @@ def _service(path: Path, name: str, spec: Any, dotenv: dict[str, str]) -> RawSer
     if not argv:
         raise ConfigError("no command to run", file=file, field=f"{base}.command")
     env, origin = _environment(path, spec, vars_, base)
+    for key, value in env.items():
+        if key in vars_.refs and value == reference(key):
+            origin.setdefault(key, f"compose's ${{{key}}}")
     raw = RawService(
         origin=f"compose service {name} ({path.name})",
         argv=argv,
         env=env,
         name_hint=name,
+        network_name=name,
         env_origin=origin,
         env_refs=set(vars_.refs) & set(env),
         workdir=spec.get("working_dir"),
@@ -149,6 +153,10 @@ def _service(path: Path, name: str, spec: Any, dotenv: dict[str, str]) -> RawSer
         depends_on=_depends(spec.get("depends_on")),
     )
     _gpus(spec, raw, file=file, field=f"{base}.deploy")
+    raw.notes.append(
+        f"{raw.origin}: autotune runs its command on this machine, not in the container: "
+        f"its program ({argv[0]}) must exist here (edit the deployment's command if not)"
+    )
     labels = spec.get("labels")
     if isinstance(labels, dict):
         raw.annotations = {

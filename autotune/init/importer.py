@@ -103,6 +103,7 @@ def import_services(request: InitRequest) -> Imported:
             service = again
         typed.append(service)
     services = typed
+    layout.resolve_network_names(services, notes)
     layout.link_services(services, notes)
     front = layout.endpoint(services, request.endpoint)
     name = request.name or _default_name(front, services)

@@ -25,11 +25,12 @@ from typing import Any
 import yaml
 
 from autotune.errors import ConfigError
+from autotune.export.credentials import FLAG_PREFIX
 from autotune.init.engines import find_program
 from autotune.init.model import RawService
 from autotune.init.secrets import reference
 
-_KUBE_VAR = re.compile(r"\$\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_KUBE_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SERVICE_LABEL = "autotune.io/service"
 
 
@@ -113,7 +114,13 @@ def _service(
     name = str(container.get("name") or "server")
     origin = f"{where} container {name} ({path.name})"
     env, refs, origin_of = _env(container, origin=origin, file=file)
-    argv = [_expand(w, env) for w in _plain_argv(container)]
+    used: set[str] = set()
+    argv = [_expand(w, env, used) for w in _plain_argv(container)]
+    for name in used & refs:
+        if name.startswith(FLAG_PREFIX):
+            # `best --export k8s` carries a secret flag's value in this variable only for
+            # `$(VAR)` in args; resolved there, it is not part of the service's environment.
+            del env[name]
     if not argv:
         raise ConfigError(
             f"{origin}: no command: the image's own entrypoint is not known here; give "
@@ -127,12 +134,13 @@ def _service(
         **(meta.get("annotations") or {}),
         **(own.get("annotations") or {}),
     }
-    hint = labels.get(_SERVICE_LABEL) or annotations.get(_SERVICE_LABEL) or meta.get("name")
+    hint = annotations.get(_SERVICE_LABEL) or labels.get(_SERVICE_LABEL) or meta.get("name")
     raw = RawService(
         origin=origin,
         argv=argv,
         env=env,
         name_hint=str(hint) if hint else None,
+        network_name=str(meta.get("name")) if meta.get("name") else None,
         env_origin=origin_of,
         env_refs=refs,
         workdir=container.get("workingDir"),
@@ -145,7 +153,12 @@ def _service(
             if str(k).startswith("autotune.io/")
         },
     )
+    _exported(raw, annotations)
     raw.notes += _env_from(container, origin)
+    raw.notes.append(
+        f"{origin}: autotune runs its command on this machine, not in the container: its "
+        f"program ({argv[0]}) must exist here (edit the deployment's command if not)"
+    )
     for other in containers:
         if other is not container:
             raw.notes.append(f"{where}: container {other.get('name')} (a sidecar) not imported")
@@ -154,6 +167,22 @@ def _service(
     if pod.get("initContainers"):
         raw.notes.append(f"{where}: init containers not imported")
     return raw
+
+
+def _exported(raw: RawService, annotations: dict[str, Any]) -> None:
+    """What ``autotune best --export k8s`` records beside the manifest: the GPUs the trial
+    used (a pod's are numbered from 0, so the variable itself is not set there) and the start
+    order its init containers keep."""
+    gpus = annotations.get("autotune.io/cuda-visible-devices")
+    if gpus and "CUDA_VISIBLE_DEVICES" not in raw.env:
+        raw.env["CUDA_VISIBLE_DEVICES"] = str(gpus)
+        raw.notes.append(
+            f"{raw.origin}: CUDA_VISIBLE_DEVICES={gpus} from its autotune.io/cuda-visible-devices "
+            "annotation (the GPUs it ran on)"
+        )
+    depends = annotations.get("autotune.io/depends-on")
+    if depends:
+        raw.depends_on = [d.strip() for d in str(depends).split(",") if d.strip()]
 
 
 def _plain_argv(container: dict[str, Any]) -> list[str]:
@@ -204,13 +233,15 @@ def _env_from(container: dict[str, Any], origin: str) -> list[str]:
     return out
 
 
-def _expand(text: str, env: dict[str, str]) -> str:
+def _expand(text: str, env: dict[str, str], used: set[str] | None = None) -> str:
     """Kubernetes' ``$(VAR)`` expansion from the container's own variables."""
 
     def sub(match: re.Match[str]) -> str:
-        if match.group(1):
-            return f"$({match.group(1)})"
-        name = match.group(2)
+        if match.group(0) == "$$":
+            return "$"  # Kubernetes: "$$" is a literal "$" (so "$$(VAR)" is not expanded)
+        name = match.group(1)
+        if name in env and used is not None:
+            used.add(name)
         return env[name] if name in env else match.group(0)
 
     return _KUBE_VAR.sub(sub, text)

@@ -57,6 +57,49 @@ def _same_place(url: str, service: ImportedService) -> bool:
     return host == service.host or (host in _LOCAL and service.host in _LOCAL)
 
 
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<host>[^/:\s@]+):(?P<port>\d+)")
+
+
+def resolve_network_names(services: list[ImportedService], notes: list[str]) -> None:
+    """URLs that name another service by its container network name (``http://prefill:30000``
+    in a compose file or a Kubernetes manifest) point where autotune runs that service
+    (``http://127.0.0.1:30000``): on this machine no such name resolves."""
+    by_name = {s.raw.network_name: s for s in services if s.raw.network_name}
+    if not by_name:
+        return
+
+    replaced: set[str] = set()
+
+    def sub(match: re.Match[str]) -> str:
+        target = by_name.get(match.group("host"))
+        if target is None:
+            return match.group(0)
+        replaced.add(match.group("host"))
+        return f"{match.group('scheme')}://{target.host}:{match.group('port')}"
+
+    for service in services:
+        replaced.clear()
+        changed = False
+        for option in service.options:
+            values = [_URL.sub(sub, v) for v in option.values]
+            if values != option.values:
+                option.values, changed = values, True
+                if isinstance(option.value, list):
+                    option.value = list(values)
+                elif isinstance(option.value, str):
+                    option.value = " ".join(values)
+        for key, value in service.env.items():
+            new = _URL.sub(sub, value)
+            if new != value:
+                service.env[key], changed = new, True
+        if changed:
+            notes.append(
+                f"service {service.name}: URLs naming "
+                + ", ".join(sorted(replaced))
+                + " by their container network names point where autotune runs them"
+            )
+
+
 def link_services(services: list[ImportedService], notes: list[str]) -> None:
     """``depends_on`` of each router: the imported services its worker URLs name. A URL no
     imported service answers is said, not guessed at."""

@@ -58,6 +58,9 @@ class RawService:
     env: dict[str, str] = field(default_factory=dict)
     name_hint: str | None = None
     """The source's own name for it (a compose service, a unit, a k8s label)."""
+    network_name: str | None = None
+    """How the other containers reach it (a compose service name, a Kubernetes Service
+    name): URLs of other services naming it become where autotune runs it."""
     env_origin: dict[str, str] = field(default_factory=dict)
     """Variables that came from somewhere other than the command itself (an
     ``EnvironmentFile=``, a Kubernetes Secret): name -> where."""

@@ -50,8 +50,9 @@ def take_secrets(service: str, raw: RawService) -> list[SecretNote]:
             notes.append(SecretNote(service, slot.what + " " + slot.var, slot.var, True, origin))
             continue
         env[slot.var] = reference(slot.var)
-        if value != reference(slot.var) or origin:
-            notes.append(SecretNote(service, f"{slot.what} {slot.var}", slot.var, False, origin))
+        if value == reference(slot.var) and not origin:
+            origin = "the source's own reference"
+        notes.append(SecretNote(service, f"{slot.what} {slot.var}", slot.var, False, origin))
     raw.argv = argv
     raw.env = {k: env[k] for k in raw.env if k in env}
     return notes
@@ -63,7 +64,9 @@ def _flag_word(
     """The argv word that carries a secret flag's value, as a reference."""
     slot = next(s for s in split.slots if s.var == word.var)
     value = resolve(slot, current=record, environ={}) or ""
-    if REFERENCE.fullmatch(value):
-        return word.prefix + value  # already read at run time (a Kubernetes secretKeyRef)
+    if REFERENCE.fullmatch(value):  # already read at run time (a secretKeyRef, ${VAR})
+        var = value[len("${env:") : -1]
+        notes.append(SecretNote(service, slot.what, var, origin="the source's own reference"))
+        return word.prefix + value
     notes.append(SecretNote(service, slot.what, slot.var))
     return word.prefix + reference(slot.var)
