@@ -111,6 +111,6 @@ def test_export_dispatch_text_and_file(tmp_path: Path, pd_trial: TrialResult, fm
 
 
 def test_unknown_format(pd_trial: TrialResult) -> None:
-    assert FORMATS == ("systemd", "env", "command", "json")
-    with pytest.raises(ConfigError, match="allowed: systemd, env, command, json"):
+    assert FORMATS == ("systemd", "env", "command", "json", "compose", "k8s")
+    with pytest.raises(ConfigError, match="allowed: systemd, env, command, json, compose, k8s"):
         export(pd_trial, fmt="yaml", out_dir=None)  # type: ignore[arg-type]
