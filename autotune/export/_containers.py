@@ -32,7 +32,7 @@ own way.
 
 from __future__ import annotations
 
-import math
+import contextlib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,9 +132,6 @@ class ContainerService:
     def port(self) -> int:
         return self.ports[0].number
 
-    def argv(self) -> list[str | Ref]:
-        return [*self.program, *self.options]
-
 
 @dataclass
 class Plan:
@@ -214,13 +211,10 @@ def _where(name: str, rec: ServiceRecord) -> tuple[str, list[Port], tuple[str, i
     health_host, health_port, health_path = None, None, DEFAULT_HEALTH_PATH
     if rec.health_url:
         parts = urlsplit(rec.health_url)
-        health_host, health_path = parts.hostname, parts.path or "/"
-        if parts.query:
-            health_path += "?" + parts.query
-        try:
+        health_host = parts.hostname
+        health_path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        with contextlib.suppress(ValueError):  # a port out of range: as if none
             health_port = parts.port
-        except ValueError:
-            health_port = None
     main = _flag_port(rec.argv, "--port") or health_port
     if main is None:
         raise ConfigError(
@@ -323,7 +317,8 @@ def _container(
             f"service '{name}': {image} is vLLM's CUDA build and the service reserves no GPU "
             "(no CUDA_VISIBLE_DEVICES): for vLLM's CPU build give its image with --image"
         )
-    for value in [*(w for w in words[cut:] if isinstance(w, str)), *env.values()]:
+    texts = [*(w for w in words[cut:] if isinstance(w, str)), *env.values(), rec.workdir or ""]
+    for value in texts:
         for path in re.findall(r"(?:^|=)(/[^\s:=,]+)", value):
             if path not in out.paths and not path.startswith(("/dev/", "/proc/")):
                 out.paths.append(path)
@@ -334,6 +329,9 @@ def _container(
             f"use {health_path} on port {ports[0].number}"
         )
     program = words[:cut]
+    python = any(
+        isinstance(w, str) and _PYTHON_NAME.fullmatch(w.rsplit("/", 1)[-1]) for w in program
+    )
     return ContainerService(
         name=name,
         hostname=name,
@@ -354,9 +352,7 @@ def _container(
         depends_on=[],
         ready_timeout_s=rec.ready_timeout_s or DEFAULT_READY_TIMEOUT_S,
         workdir=rec.workdir,
-        python=any(
-            isinstance(w, str) and _PYTHON_NAME.fullmatch(w.rsplit("/", 1)[-1]) for w in program
-        ),
+        python=python,
     )
 
 
@@ -441,11 +437,6 @@ def _version(trial: TrialResult, name: str, engine: str) -> tuple[str, str]:
     return pinned, f"autotune's pinned {engine} release {pinned}: the trial reported none"
 
 
-def startup_checks(service: ContainerService) -> int:
-    """How many 10 s start-up probes fit the trial's readiness budget."""
-    return max(3, math.ceil(service.ready_timeout_s / 10))
-
-
 def check_argv(service: ContainerService, url: str) -> list[str]:
     """A command that exits 0 when ``url`` answers 2xx: with the image's ``python3`` when the
     service is a Python program (engine images have no guaranteed curl), else ``curl``."""
@@ -457,28 +448,6 @@ def check_argv(service: ContainerService, url: str) -> list[str]:
             url,
         ]
     return ["curl", "-fsS", "-o", "/dev/null", "--max-time", "5", url]
-
-
-def wait_argv(service: ContainerService, urls: Sequence[str]) -> list[str]:
-    """A command that returns once every URL answers 2xx (checked every 5 s)."""
-    if service.python:
-        script = (
-            "import sys, time, urllib.request as u\n"
-            "for url in sys.argv[1:]:\n"
-            "    while True:\n"
-            "        try:\n"
-            "            u.urlopen(url, timeout=5)\n"
-            "            break\n"
-            "        except Exception as exc:\n"
-            "            print(f'waiting for {url}: {exc}', flush=True)\n"
-            "            time.sleep(5)\n"
-        )
-        return [PYTHON, "-c", script, *urls]
-    script = (
-        'for u in "$@"; do until curl -fsS -o /dev/null --max-time 5 "$u"; do '
-        'echo "waiting for $u"; sleep 5; done; done'
-    )
-    return ["sh", "-c", script, "wait", *urls]
 
 
 def header(plan_: Plan, *, study: str | None, what: str, use: Sequence[str]) -> list[str]:

@@ -42,20 +42,20 @@ Validated in the tests against the official OpenAPI schemas of a fixed Kubernete
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.export._containers import (
+    PYTHON,
     ContainerService,
     Plan,
     dump_yaml,
     header,
     parse_images,
     plan,
-    startup_checks,
-    wait_argv,
 )
 from autotune.export.credentials import PLACEHOLDER, Ref
 from autotune.results import TrialResult
@@ -64,6 +64,33 @@ SECRET_NAME = "autotune-secrets"
 """The Secret the containers' credentials come from (one key per variable)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def _startup_checks(service: ContainerService) -> int:
+    """How many 10 s start-up probes fit the trial's readiness budget."""
+    return max(3, math.ceil(service.ready_timeout_s / 10))
+
+
+def _wait_argv(service: ContainerService, urls: Sequence[str]) -> list[str]:
+    """A command that returns once every URL answers 2xx (checked every 5 s)."""
+    if service.python:
+        script = (
+            "import sys, time, urllib.request as u\n"
+            "for url in sys.argv[1:]:\n"
+            "    while True:\n"
+            "        try:\n"
+            "            u.urlopen(url, timeout=5)\n"
+            "            break\n"
+            "        except Exception as exc:\n"
+            "            print(f'waiting for {url}: {exc}', flush=True)\n"
+            "            time.sleep(5)\n"
+        )
+        return [PYTHON, "-c", script, *urls]
+    script = (
+        'for u in "$@"; do until curl -fsS -o /dev/null --max-time 5 "$u"; do '
+        'echo "waiting for $u"; sleep 5; done; done'
+    )
+    return ["sh", "-c", script, "wait", *urls]
 
 
 def k8s_name(service: str) -> str:
@@ -210,7 +237,7 @@ def _container(service: ContainerService, secret_name: str) -> dict[str, Any]:
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     health, port = service.health_path, service.health_port
     container["startupProbe"] = _probe(
-        health, port, period=10, timeout=5, failures=startup_checks(service)
+        health, port, period=10, timeout=5, failures=_startup_checks(service)
     )
     container["readinessProbe"] = _probe(health, port, period=10, timeout=5, failures=3)
     container["livenessProbe"] = _probe(
@@ -237,7 +264,7 @@ def _deployment(
             {
                 "name": "wait-for-dependencies",
                 "image": service.image or PLACEHOLDER,
-                "command": _words(wait_argv(service, urls)),
+                "command": _words(_wait_argv(service, urls)),
             }
         ]
     pod["containers"] = [_container(service, secret_name)]
