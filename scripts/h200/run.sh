@@ -31,8 +31,46 @@
 #   start          start (or resume) the study in the background
 #   explain        start (or resume) `autotune explain` of the study's winner in the background
 #                  ($EXPLAIN_ARGS: its options)
-#   watch SECONDS  wait until the run ends or SECONDS pass, then collect
-#   collect        snapshot the database, write the report and `best` into $OUT
+#   budget         start (or resume) the study in the background until it has spent $RESTARTS
+#                  server restarts as the side-by-side counts them (launched trials, then the
+#                  study's re-measurements; reused and forbidden trials start nothing):
+#                  `python3 -m benchmarks.side_by_side --arms autotune --autotune-storage ...`
+#   sweep          start (or resume) `vllm bench sweep serve` over $SWEEP_SEQS x $SWEEP_TOKENS
+#                  ($SWEEP_RUNS runs each) with $STUDY's serve command and load, in the
+#                  background: `python3 -m benchmarks.side_by_side --arms sweep --resume ...`
+#   agreement      start autotune's winner of $WINNER_DB once, then autotune's load generator and
+#                  `vllm bench serve` alternating on it ($ROUNDS each), in the background
+#   check          queue defaults, hand-picked and the winner of $WINNER_DB into the check study
+#                  $STUDY (scripts/h200/side_by_side.py, once), then `autotune run` of it
+#                  ($CHECK_TRIALS trials, each measured three times) in the background
+#   watch SECONDS  wait until the background job ends or SECONDS pass, then collect
+#   collect        snapshot the database, write the report and `best` into $OUT; tar the
+#                  side-by-side directory ($SIDE_DIR: the sweep's JSON results and logs, the
+#                  agreement's runs, results.json) into $OUT/$STUDY-side-by-side.tar.gz
+#
+# Issue 28 part 5, the side-by-side on the H200, over as many device sessions as it takes (one
+# GPU: one background job at a time; every verb that starts one refuses while another runs).
+# A session begins with the kit (4 calls) and the 7B model; the arms resume from what the last
+# session's `collect` returned, copied here under benchmarks/h200/ (tracked or not, files there
+# travel with the working tree: no carry needed beyond the kit's part):
+#   $OUT/vllm-h200-dense-random.db -> benchmarks/h200/vllm-h200-dense-random.db  (FROM_DB=)
+#   $OUT/vllm-h200-dense-check.db  -> benchmarks/h200/vllm-h200-dense-check.db   (FROM_DB=)
+#   $OUT/vllm-h200-dense-side-by-side.tar.gz -> benchmarks/h200/ (restored into $SIDE_DIR
+#       by sweep/agreement when $SIDE_DIR is missing: SIDE_FROM, that path by default)
+# and `.venv/bin/python benchmarks/h200_side_by_side.py` prints BENCHMARKS.md's table from them.
+#   random search to 20 restarts (the TPE study's: 18 launched trials + 2 re-measurements):
+#     carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-04"]:
+#     STUDY=vllm-h200-dense-random FROM_DB=benchmarks/h200/vllm-h200-dense-random.db \
+#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models budget watch 420
+#     STUDY=vllm-h200-dense-random scripts/h200/run.sh watch 540        (next calls)
+#   the sweep (20 combinations x 3 runs, ~3-4 min each: 3-4 sessions):
+#     MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models sweep watch 420
+#     scripts/h200/run.sh watch 540                                      (next calls)
+#   defaults x3, hand-picked and the winner, from fresh starts (9 restarts):
+#     STUDY=vllm-h200-dense-check [FROM_DB=benchmarks/h200/vllm-h200-dense-check.db] \
+#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check watch 420
+#   the winner by both clients on one fresh start:
+#     MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models agreement watch 420
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -46,6 +84,19 @@ OUT=${OUT:-/tmp/autotune-out}
 PY=${PY:-python3}
 LOG=studies/logs/$STUDY-run.log
 PIDFILE=studies/logs/$STUDY-run.pid
+# The side-by-side harness (benchmarks/side_by_side): its directory, log and process.
+SIDE_DIR=studies/artifacts/side-by-side/$STUDY
+SIDE_FROM=${SIDE_FROM:-benchmarks/h200/$STUDY-side-by-side.tar.gz}
+SIDE_LOG=$SIDE_DIR/harness.log
+SIDE_PID=studies/logs/$STUDY-side.pid
+RESTARTS=${RESTARTS:-20}
+SWEEP_SEQS=${SWEEP_SEQS:-64,128,256,512,1024}
+SWEEP_TOKENS=${SWEEP_TOKENS:-2048,4096,8192,16384}
+SWEEP_RUNS=${SWEEP_RUNS:-3}
+ROUNDS=${ROUNDS:-3}
+CHECK_TRIALS=${CHECK_TRIALS:-3}
+WINNER_STUDY=${WINNER_STUDY:-${STUDY%-check}}
+WINNER_DB=${WINNER_DB:-benchmarks/h200/$WINNER_STUDY.db}
 export PYTHONPATH=$SITE:$PWD
 export PYTHONUNBUFFERED=1
 # vLLM without flashinfer (not in the kit): its top-k/top-p sampler falls back to PyTorch.
@@ -131,16 +182,44 @@ failures() {
   tar -C "$dir" -cf "$OUT/failures.tar" .
 }
 
-running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# One GPU: one background job at a time, whatever study it is for.
+busy() {
+  local f
+  for f in studies/logs/*.pid; do
+    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && { say "running: ${f##*/} (pid $(cat "$f"))"; return 0; }
+  done
+  return 1
+}
 
-background() {
-  if running; then say "already running (pid $(cat "$PIDFILE"))"; return 0; fi
+running() { busy >/dev/null; }
+
+from_db() {
   if [ ! -f "studies/$STUDY.db" ] && [ -n "${FROM_DB:-}" ]; then
     cp "$FROM_DB" "studies/$STUDY.db" && say "study copied from $FROM_DB"
   fi
+}
+
+background() {
+  if busy; then say "not started: another job runs"; return 0; fi
+  from_db
   say "autotune $*"
   setsid nohup "$PY" -m autotune "$@" >>"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
+}
+
+# The side-by-side harness in the background, on $STUDY's deployment and load, with this
+# machine's vLLM (a dist named vllm: `python3 -m vllm.entrypoints.cli.main`), resuming $SIDE_DIR.
+side() {
+  if busy; then say "not started: another job runs"; return 0; fi
+  if [ ! -d "$SIDE_DIR" ] && [ -f "$SIDE_FROM" ]; then
+    mkdir -p "$SIDE_DIR" && tar -xzf "$SIDE_FROM" -C "$SIDE_DIR" && say "restored $SIDE_DIR from $SIDE_FROM"
+  fi
+  mkdir -p "$SIDE_DIR"
+  say "side by side: $*"
+  setsid nohup "$PY" -m benchmarks.side_by_side --study "studies/$STUDY.yaml" --out "$SIDE_DIR" \
+    --vllm-python "$PY" --vllm-cli module --budget "$RESTARTS" --resume "$@" \
+    >>"$SIDE_LOG" 2>&1 </dev/null &
+  echo $! >"$SIDE_PID"
 }
 
 start() { background run --study "$STUDY" --trials "$TRIALS"; }
@@ -150,16 +229,44 @@ explain() {
   background explain --study "$STUDY" ${EXPLAIN_ARGS:-}
 }
 
+budget() {
+  from_db
+  side --arms autotune --autotune-storage "sqlite:///studies/$STUDY.db"
+}
+
+sweep() {
+  side --arms sweep --sweep-seqs "$SWEEP_SEQS" --sweep-tokens "$SWEEP_TOKENS" \
+    --sweep-runs "$SWEEP_RUNS"
+}
+
+agreement() {
+  side --arms agreement --rounds "$ROUNDS" --winner-from "sqlite:///$PWD/$WINNER_DB" \
+    --winner-study "$WINNER_STUDY"
+}
+
+check() {
+  if busy; then say "not started: another job runs"; return 0; fi
+  from_db
+  if [ ! -f "studies/$STUDY.db" ]; then
+    "$PY" scripts/h200/side_by_side.py --study "$STUDY" --winner-study "$WINNER_STUDY" \
+      --winner-from "sqlite:///$PWD/$WINNER_DB" || return 1
+  fi
+  background run --study "$STUDY" --trials "$CHECK_TRIALS"
+}
+
 watch() {
-  local end=$((SECONDS + ${1:-540}))
+  local end=$((SECONDS + ${1:-540})) f
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
   if running; then say "still running after the watch"; else say "the run has ended"; fi
-  tail -n 40 "$LOG"
+  for f in "$LOG" "$SIDE_LOG"; do
+    [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
+  done
   collect
 }
 
 collect() {
-  "$PY" - "$STUDY" "$OUT" <<'EOF'
+  if [ -f "studies/$STUDY.db" ]; then
+    "$PY" - "$STUDY" "$OUT" <<'EOF'
 import sqlite3, sys
 study, out = sys.argv[1], sys.argv[2]
 src = sqlite3.connect(f"studies/{study}.db", timeout=60)
@@ -168,15 +275,24 @@ with dst:
     src.backup(dst)  # consistent even while the run writes
 print(f"snapshot: {out}/{study}.db")
 EOF
-  "$PY" -m autotune report --study "$STUDY" --out "$OUT/$STUDY.html" 2>&1 | tail -2
-  {
-    "$PY" -m autotune status --study "$STUDY"
-    "$PY" -m autotune best --study "$STUDY"
-    "$PY" -m autotune explain --study "$STUDY" --show || true
-  } >"$OUT/best.txt" 2>&1
-  cp "$LOG" "$OUT/run.log"
+    "$PY" -m autotune report --study "$STUDY" --out "$OUT/$STUDY.html" 2>&1 | tail -2
+    {
+      "$PY" -m autotune status --study "$STUDY"
+      "$PY" -m autotune best --study "$STUDY"
+      "$PY" -m autotune explain --study "$STUDY" --show || true
+    } >"$OUT/best.txt" 2>&1
+  fi
+  [ -f "$LOG" ] && cp "$LOG" "$OUT/run.log"
+  # The side-by-side's results: the sweep's JSON and log (every session's), the agreement's
+  # runs, results.json, the harness's log; not the run directories (servers' temporary files).
+  if [ -d "$SIDE_DIR" ]; then
+    tar -czf "$OUT/$STUDY-side-by-side.tar.gz" -C "$SIDE_DIR" --exclude=run . &&
+      say "side by side: $OUT/$STUDY-side-by-side.tar.gz ($(du -h "$OUT/$STUDY-side-by-side.tar.gz" | cut -f1))"
+  fi
   # The server's log of the newest trials (the run directory keeps one per service).
-  find studies/runs -name '*.log' -newer "$PIDFILE" -print0 2>/dev/null |
+  local since=$PIDFILE
+  [ -f "$since" ] || since=$SIDE_PID
+  find studies/runs -name '*.log' -newer "$since" -print0 2>/dev/null |
     xargs -0 -r ls -t | head -3 | xargs -r tail -n 150 >"$OUT/serve-tail.log" 2>/dev/null
   ls -la "$OUT"
 }
@@ -189,9 +305,13 @@ while [ $# -gt 0 ]; do
     failures) failures ;;
     start) start ;;
     explain) explain ;;
+    budget) budget ;;
+    sweep) sweep ;;
+    agreement) agreement ;;
+    check) check || { say "check failed"; exit 1; } ;;
     watch) watch "${2:-540}"; shift ;;
     collect) collect ;;
-    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, watch SECONDS, collect)" >&2; exit 2 ;;
+    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, budget, sweep, agreement, check, watch SECONDS, collect)" >&2; exit 2 ;;
   esac
   shift
 done
