@@ -1,13 +1,24 @@
 """scripts/h200/side_by_side.py: every check study it fills has a hand-picked configuration
-that its space accepts, and it queues baseline, hand-picked and winner in that order."""
+that its space accepts, and it queues baseline, hand-picked and winner in that order.
+
+benchmarks/h200_side_by_side.py: BENCHMARKS.md's side-by-side table from the stored studies (the
+dense study's 20 restarts, its winner #21 at +33.5% over the tuning studies' baselines, the
+random arm in progress, the sweep and check "not run yet"), and, once they are stored, the
+sweep's tarball as scripts/h200/run.sh's collect writes it and the check study's three
+configurations, each measured three times (built here from the dense study's trials)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import json
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import optuna
 import pytest
@@ -50,19 +61,161 @@ def test_the_hand_picked_configuration_is_one_of_the_space(study: str) -> None:
 def test_the_dense_check_study_is_queued_from_the_stored_h200_study(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'check.db'}"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "h200" / "side_by_side.py"),
-         "--study", "vllm-h200-dense-check", "--winner-study", "vllm-h200-dense",
-         "--winner-from", f"sqlite:///{ROOT / 'benchmarks' / 'h200' / 'vllm-h200-dense.db'}",
-         "--storage", storage],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "h200" / "side_by_side.py"),
+            "--study",
+            "vllm-h200-dense-check",
+            "--winner-study",
+            "vllm-h200-dense",
+            "--winner-from",
+            f"sqlite:///{ROOT / 'benchmarks' / 'h200' / 'vllm-h200-dense.db'}",
+            "--storage",
+            storage,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert "queued winner #13" in done.stdout, done.stdout
+    assert "queued winner #21" in done.stdout, done.stdout
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     queued = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
     assert [t.user_attrs.get("is_baseline", t.user_attrs.get("label")) for t in queued] == [
-        True, "hand-picked", "winner #13"
+        True,
+        "hand-picked",
+        "winner #21",
     ]
     hand, winner = (t.system_attrs["fixed_params"] for t in queued[1:])  # waiting: not run yet
     assert hand["quantization"] == winner["quantization"] == "fp8"
     assert hand["kv_cache_dtype"] == "fp8" and hand["max_num_batched_tokens"] == 16384
-    assert winner["enable_prefix_caching"] == "off"
+    assert winner["enable_prefix_caching"] == "off" and winner["cudagraph_mode"] == "FULL"
+
+
+# ------------------------------------------------------------------------ the reader
+
+H200 = ROOT / "benchmarks" / "h200"
+DENSE = "vllm-h200-dense"
+
+
+def _reader() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "h200_side_by_side", ROOT / "benchmarks" / "h200_side_by_side.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(lines: list[str], arm: str) -> list[str]:
+    row = next(line for line in lines if line.startswith(f"| {arm}"))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_the_reader_on_the_stored_h200_studies() -> None:
+    lines = _reader().report(DENSE, 20)
+    assert "against the tuning studies' baselines (n=2)" in lines[2] and "4,314.0" in lines[2]
+    tpe = _row(lines, "autotune, TPE")
+    assert tpe[1] == "20 (18 trials + 2 re-measured)"
+    assert tpe[2].startswith("#21: cudagraph_mode=FULL") and "quantization=fp8" in tpe[2]
+    assert tpe[3] == "5,757.4 (n=2: 5,821.8, 5,693.0)"
+    assert tpe[4] == "0.111 (n=2)"
+    assert tpe[5].startswith("+33.5% (95% CI")
+    random = _row(lines, "random search")
+    assert random[1].startswith("3 (3 trials + 0 re-measured); in progress: 3 of 20")
+    for arm in ("`vllm bench sweep serve`", "vLLM defaults, 3", "hand-picked", "winner re-"):
+        assert _row(lines, arm)[3] == "not run yet"
+
+
+def _sweep_tar(root: Path) -> Path:
+    """scripts/h200/run.sh collect's tarball of the side-by-side directory: a sweep cut after
+    3 of its 20 combinations (3 runs each), vLLM 0.26.0's layout."""
+    side = root / "side"
+    sweep = side / "sweep"
+    grid = [
+        {"max_num_seqs": s, "max_num_batched_tokens": t}
+        for s in (64, 128, 256, 512, 1024)
+        for t in (2048, 4096, 8192, 16384)
+    ]
+    done = {(256, 4096): (6000.0, 6100.0, 5900.0), (1024, 8192): (4500.0, 4400.0, 4600.0),
+            (64, 2048): (3000.0, 3100.0, 2900.0)}  # fmt: skip
+    log = []
+    for (seqs, tokens), values in done.items():
+        combo = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+        d = (
+            sweep
+            / "results"
+            / "grid"
+            / f"SERVE--max_num_seqs={seqs}-max_num_batched_tokens={tokens}"
+        )
+        d.mkdir(parents=True)
+        runs = []
+        for n, value in enumerate(values):
+            runs.append({"output_throughput": value, "completed": 384, "run_number": n, **combo})
+            (d / f"run={n}.json").write_text(json.dumps(runs[-1]))
+        (d / "summary.json").write_text(json.dumps(runs))
+        log += ["[BEGIN SERVER]", f"Server overrides: {combo}", "[END SERVER]"]
+    (sweep / "serve-params.json").write_text(json.dumps(grid))
+    (sweep / "options.json").write_text(json.dumps({"budget": 20, "num_runs": 3}))
+    (sweep / "sweep.log").write_text("\n".join(log) + "\n")
+    tar = root / f"{DENSE}-side-by-side.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        t.add(side, arcname=".")
+    return tar
+
+
+def _check_db(path: Path) -> None:
+    """A check study as `scripts/h200/run.sh check` leaves it: the baseline, the hand-picked
+    configuration (here #13's) and the winner (#21), each measured once as a trial and twice
+    more from fresh starts."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dense = optuna.load_study(study_name=DENSE, storage=f"sqlite:///{H200 / DENSE}.db")
+    check = optuna.create_study(
+        study_name=f"{DENSE}-check", storage=f"sqlite:///{path}", direction="maximize"
+    )
+    template = dense.user_attrs["remeasure:21:1"]
+    for number, (source, label, values) in enumerate(
+        [(0, None, (4300.0, 4350.0, 4250.0)), (13, "hand-picked", (5500.0, 5550.0, 5450.0)),
+         (21, "winner #21", (5800.0, 5750.0, 5850.0))]
+    ):  # fmt: skip
+        src = dense.trials[source]
+        attrs: dict[str, Any] = dict(src.user_attrs)
+        if label:
+            attrs["label"] = label
+        check.add_trial(
+            optuna.trial.create_trial(
+                params=src.params, distributions=src.distributions, value=values[0],
+                user_attrs=attrs, system_attrs={"constraints": [0.0, 0.0]},
+            )
+        )  # fmt: skip
+        for repeat, value in enumerate(values[1:], start=1):
+            record = copy.deepcopy(template)
+            record.update(of=number, repeat=repeat, values=[value])
+            record["telemetry"]["energy_per_token_j"] = 0.1 + number / 100 + repeat / 1000
+            check.set_user_attr(f"remeasure:{number}:{repeat}", record)
+
+
+def test_the_reader_with_the_sweep_and_the_check_study_stored(tmp_path: Path) -> None:
+    for name in (DENSE, f"{DENSE}-random"):
+        shutil.copy(H200 / f"{name}.db", tmp_path / f"{name}.db")
+    _sweep_tar(tmp_path)
+    _check_db(tmp_path / f"{DENSE}-check.db")
+    lines = _reader().report(DENSE, 20, here=tmp_path)
+    assert "against the check study's defaults, 3 fresh starts, 4,300.0 tok/s" in lines[2]
+    sweep = _row(lines, "`vllm bench sweep serve`")
+    assert sweep[1] == "3 (3 of 20 combinations done)"
+    assert sweep[2] == "max_num_seqs=256, max_num_batched_tokens=4096"
+    assert sweep[3].startswith("6,000.0 (n=3: 6,000.0, 6,100.0, 5,900.0)")
+    assert sweep[5].startswith("+33.3% (95% CI") and "over its own 1024 x 8192 point" in sweep[5]
+    defaults = _row(lines, "vLLM defaults, 3 fresh starts")
+    assert defaults[1] == "3" and defaults[2] == "vLLM's defaults"
+    assert defaults[3] == "4,300.0 (n=3: 4,300.0, 4,350.0, 4,250.0)"
+    assert defaults[4].startswith("0.1") and defaults[4].endswith("(n=3)")
+    hand = _row(lines, "hand-picked")
+    assert "quantization=fp8" in hand[2] and hand[5].startswith("+27.9% (95% CI")
+    winner = _row(lines, "winner re-measured (winner #21)")
+    assert winner[1] == "3" and winner[3].startswith("5,800.0 (n=3")
+    assert winner[5].startswith("+34.9% (95% CI +")
+    # the tuning arms are now compared with the check study's defaults
+    assert _row(lines, "autotune, TPE")[5].startswith("+33.9%")

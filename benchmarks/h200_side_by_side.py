@@ -1,0 +1,320 @@
+"""Issue 28's side-by-side on one H200, read back from the stored results (benchmarks/h200/).
+
+    .venv/bin/python benchmarks/h200_side_by_side.py                  # the dense 7B model
+    .venv/bin/python benchmarks/h200_side_by_side.py --study vllm-h200-moe
+
+Prints BENCHMARKS.md's table, one row per arm: server restarts spent, the best configuration
+(levers changed from vLLM's defaults), its output tok/s (mean of its measurements, n), J/token
+where NVML telemetry exists, and the gain over vLLM's defaults. What it reads, for STUDY:
+
+* ``STUDY.db``: autotune's default sampler (TPE), ``studies/STUDY.yaml``;
+* ``STUDY-random.db``: random search, ``studies/STUDY-random.yaml``;
+* ``STUDY-side-by-side.tar.gz``: ``scripts/h200/run.sh sweep`` (and ``agreement``)'s directory,
+  as ``collect`` returned it: ``vllm bench sweep serve``'s results and log;
+* ``STUDY-check.db``: vLLM's defaults, the hand-picked combination and autotune's winner, each
+  from three fresh starts (``scripts/h200/run.sh check``).
+
+Restarts are counted as the side-by-side harness counts them (``benchmarks/side_by_side``,
+``autotune_counts``): a trial that launched a server (finished, refused at start, aborted
+early, cut by an interruption) and every re-measurement; a reused duplicate or a forbidden
+proposal starts nothing. The sweep's are its ``[BEGIN SERVER]`` lines. An arm not stored yet
+reads "not run yet". This script only reads, so every figure can be checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tarfile
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from autotune.results import ConfigEstimate, best_estimate, config_estimates, t_quantile  # noqa: E402
+from autotune.space import load_space  # noqa: E402
+from autotune.study.definition import load_study_definition  # noqa: E402
+from benchmarks.side_by_side.arm_autotune import autotune_counts  # noqa: E402
+from benchmarks.side_by_side.arm_sweep import combo_key, sweep_state  # noqa: E402
+
+HERE = REPO / "benchmarks" / "h200"
+VLLM_DEFAULTS_H200 = (1024, 8192)
+"""vLLM 0.26.0's max_num_seqs and max_num_batched_tokens for the API server on a GPU of at
+least 70 GiB (engine/arg_utils.py, get_batch_defaults): a point of the sweep's grid."""
+NOT_RUN = "not run yet"
+
+
+@dataclass
+class Row:
+    arm: str
+    restarts: str = "-"
+    config: str = "-"
+    tok_s: str = NOT_RUN
+    j_per_token: str = "-"
+    gain: str = "-"
+    values: list[float] = field(default_factory=list)
+    note: str = ""
+
+    def line(self) -> str:
+        cells = [self.arm, self.restarts, self.config, self.tok_s, self.j_per_token, self.gain]
+        return "| " + " | ".join(cells) + " |"
+
+
+def _load(path: Path, name: str) -> optuna.Study | None:
+    if not path.is_file():
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
+
+
+def _baseline_params(study_name: str) -> dict[str, Any]:
+    definition = load_study_definition(REPO / "studies" / f"{study_name}.yaml")
+    return dict(load_space(definition.resolve(definition.space)).baseline_params())
+
+
+def changed_levers(params: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    changed = {k: v for k, v in sorted(params.items()) if baseline.get(k) != v}
+    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "vLLM's defaults"
+
+
+def energy_per_token(study: optuna.Study, est: ConfigEstimate) -> list[float]:
+    """J/token of each full measurement of ``est`` that has NVML telemetry."""
+    out = []
+    for m in est.measurements:
+        if not m.full:
+            continue
+        if m.repeat == 0:
+            telemetry = study.trials[m.of].user_attrs.get("telemetry") or {}
+        else:
+            telemetry = study.user_attrs.get(f"remeasure:{m.of}:{m.repeat}", {}).get("telemetry")
+        value = (telemetry or {}).get("energy_per_token_j")
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out.append(float(value))
+    return out
+
+
+def _values(est: ConfigEstimate) -> list[float]:
+    return [m.throughput for m in est.measurements if m.full and m.throughput is not None]
+
+
+def fmt_tok(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    runs = ", ".join(f"{v:,.1f}" for v in values)
+    return f"{statistics.fmean(values):,.1f} (n={len(values)}: {runs})"
+
+
+def fmt_j(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    n = f" (n={len(values)})" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.3f}{n}"
+
+
+def gain(values: Sequence[float], reference: Sequence[float]) -> str:
+    """``+33.5%``, with a Welch 95% interval when both sides have two measurements or more."""
+    if not values or not reference:
+        return "-"
+    a, b = statistics.fmean(values), statistics.fmean(reference)
+    text = f"{100 * (a / b - 1):+.1f}%"
+    if len(values) < 2 or len(reference) < 2:
+        return text
+    va, vb = (
+        statistics.variance(values) / len(values),
+        statistics.variance(reference) / len(reference),
+    )
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return text
+    df = (va + vb) ** 2 / (va**2 / (len(values) - 1) + vb**2 / (len(reference) - 1))
+    half = t_quantile(0.95, max(1, int(df))) * se
+    lo, hi = (a - b - half) / b, (a - b + half) / b
+    return f"{text} (95% CI {100 * lo:+.1f} to {100 * hi:+.1f}%)"
+
+
+def restarts_of(storage: Path, name: str) -> tuple[int, dict[str, Any]]:
+    counts = autotune_counts(f"sqlite:///{storage}", name)
+    return counts["launched"] + len(counts["remeasurements"]), counts
+
+
+def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[float]]:
+    """A tuning arm's row; also the baseline's measurements (vLLM's defaults in that study)."""
+    study = _load(db, name)
+    if study is None:
+        return Row(label), []
+    restarts, counts = restarts_of(db, name)
+    spent = (
+        f"{restarts} ({counts['launched']} trials + {len(counts['remeasurements'])} re-measured)"
+    )
+    if restarts < budget or counts["running"]:
+        running = ", 1 running at the snapshot" if counts["running"] else ""
+        spent += f"; in progress: {restarts} of {budget}{running}"
+    estimates = config_estimates(study)
+    base = next((e for e in estimates if e.trial.is_baseline), None)
+    est = best_estimate(study)
+    row = Row(label, restarts=spent)
+    if est is not None:
+        row.values = _values(est)
+        row.config = f"#{est.trial.number}: " + changed_levers(
+            est.trial.params, _baseline_params(name)
+        )
+        row.tok_s = fmt_tok(row.values)
+        row.j_per_token = fmt_j(energy_per_token(study, est))
+    return row, _values(base) if base is not None else []
+
+
+def read_side_dir(tar: Path) -> Path | None:
+    """The side-by-side directory from run.sh's tarball (a temporary copy), or None."""
+    if not tar.is_file():
+        return None
+    out = Path(tempfile.mkdtemp(prefix="h200-side-"))
+    with tarfile.open(tar) as t:
+        t.extractall(out, filter="data")
+    return out
+
+
+def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
+    label = "`vllm bench sweep serve` (max_num_seqs x max_num_batched_tokens)"
+    if side is None or not (side / "sweep").is_dir():
+        return [Row(label)]
+    state = sweep_state(side / "sweep")
+    grid, rows = state["grid"], state["combinations"]
+    done = len(grid) - len(state["pending"]) - len(state["failed"])
+    spent = f"{state['restarts']} ({done} of {len(grid)} combinations done"
+    spent += f", {len(state['failed'])} failed)" if state["failed"] else ")"
+    row = Row(label, restarts=spent)
+    best = state["best"]
+    if best is None:
+        row.tok_s = "no run finished yet"
+        return [row]
+    row.values = [r["output_throughput"] for r in best["runs"] if r["output_throughput"]]
+    defaults_point = next((r for r in rows if combo_key(r) == VLLM_DEFAULTS_H200), None)
+    mark = " (= vLLM's defaults)" if combo_key(best) == VLLM_DEFAULTS_H200 else ""
+    row.config = (
+        f"max_num_seqs={best['max_num_seqs']}, "
+        f"max_num_batched_tokens={best['max_num_batched_tokens']}{mark}"
+    )
+    row.tok_s = fmt_tok(row.values) + " by `vllm bench serve`"
+    if defaults_point is not None:
+        own = [r["output_throughput"] for r in defaults_point["runs"] if r["output_throughput"]]
+        row.gain = gain(row.values, own) + " over its own 1024 x 8192 point"
+    else:
+        row.gain = gain(row.values, defaults) + " (another client)"
+    return [row]
+
+
+def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
+    """Defaults x3, hand-picked and the winner re-measured, from the check study."""
+    labels = ("vLLM defaults, 3 fresh starts", "hand-picked (DOMAIN.md §8b)", "winner re-measured")
+    study = _load(db, name)
+    if study is None:
+        return [Row(label) for label in labels]
+    baseline = _baseline_params(name)
+    by_label: dict[str, ConfigEstimate] = {}
+    for est in config_estimates(study):
+        attrs = study.trials[est.trial.number].user_attrs
+        label = "default" if est.trial.is_baseline else str(attrs.get("label") or "?")
+        by_label[label] = est
+    counts = autotune_counts(f"sqlite:///{db}", name)
+    remeasured: dict[int, int] = {}
+    for m in counts["remeasurements"]:
+        remeasured[m["of"]] = remeasured.get(m["of"], 0) + 1
+    rows = []
+    for label, key in zip(labels, ("default", "hand-picked", "winner"), strict=True):
+        found = next((e for k, e in by_label.items() if k.startswith(key)), None)
+        if found is None:
+            rows.append(Row(label, tok_s="not measured yet"))
+            continue
+        values = _values(found)
+        tag = next(k for k, e in by_label.items() if e is found)
+        row = Row(
+            f"{label} ({tag})" if key == "winner" else label,
+            restarts=str(1 + remeasured.get(found.trial.number, 0)),
+            config=changed_levers(found.trial.params, baseline),
+            tok_s=fmt_tok(values),
+            j_per_token=fmt_j(energy_per_token(study, found)),
+            values=values,
+        )
+        if key != "default":
+            row.gain = gain(values, defaults)
+        rows.append(row)
+    return rows
+
+
+def agreement_row(side: Path | None) -> list[Row]:
+    label = "winner, one fresh start, `vllm bench serve` vs autotune's client"
+    results = side / "results.json" if side is not None else None
+    if results is None or not results.is_file():
+        return [Row(label)]
+    g = json.loads(results.read_text()).get("agreement")
+    if not g:
+        return [Row(label)]
+    v = [r["output_throughput"] for r in g["runs"] if r["tool"] == "vllm bench serve"]
+    a = [r["output_throughput"] for r in g["runs"] if r["tool"] == "autotune loadgen"]
+    return [
+        Row(
+            label,
+            restarts=str(g.get("restarts", 1)),
+            config=f"#{g['winner_trial']}",
+            tok_s=f"{fmt_tok(v)} vs {fmt_tok(a)}",
+            gain=f"vllm bench serve {100 * g['rel_diff']:+.1f}% vs autotune's client",
+        )
+    ]
+
+
+def report(study: str, budget: int, *, here: Path = HERE) -> list[str]:
+    tpe, tpe_base = tuning_row(
+        f"autotune, TPE (`studies/{study}.yaml`)", here / f"{study}.db", study, budget
+    )
+    rnd, rnd_base = tuning_row(
+        f"random search (`studies/{study}-random.yaml`)",
+        here / f"{study}-random.db",
+        f"{study}-random",
+        budget,
+    )
+    check = check_rows(here / f"{study}-check.db", f"{study}-check", [])
+    defaults = check[0].values
+    source = "the check study's defaults, 3 fresh starts"
+    if not defaults:
+        defaults = tpe_base + rnd_base
+        source = f"the tuning studies' baselines (n={len(defaults)}): check study not run yet"
+    for row in (tpe, rnd, *check[1:]):
+        if row.values:
+            row.gain = gain(row.values, defaults)
+    side = read_side_dir(here / f"{study}-side-by-side.tar.gz")
+    rows = [tpe, rnd, *sweep_row(side, defaults), *check, *agreement_row(side)]
+    out = [
+        f"## {study}: side by side on one H200 (budget {budget} restarts per tuning arm)",
+        "",
+        f"Gain over vLLM's defaults: against {source}"
+        + (f", {statistics.fmean(defaults):,.1f} tok/s." if defaults else "."),
+        "",
+        "| arm | restarts | best configuration (levers changed from vLLM's defaults) "
+        "| output tok/s, mean (n: runs) | J/token | vs defaults |",
+        "|---|---|---|---|---|---|",
+        *(r.line() for r in rows),
+    ]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--study", default="vllm-h200-dense", help="the tuning study's name")
+    ap.add_argument("--budget", type=int, default=20, help="restarts per tuning arm")
+    args = ap.parse_args(argv)
+    print("\n".join(report(args.study, args.budget)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
