@@ -33,6 +33,7 @@ from autotune.explain import (
     PathStep,
 )
 from autotune.explain.record import RESULT_ATTR, Decision
+from autotune.plan import PlanSettings, store_settings
 from autotune.report import (
     deployment_gpus,
     nondominated,
@@ -47,17 +48,29 @@ pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalW
 
 SECTIONS = [
     "summary",
+    "explanation",
+    "fleet",
     "pareto",
     "curves",
     "frontier",
     "history",
     "importance",
-    "explanation",
     "noise",
     "time",
     "failures",
     "top",
 ]
+"""Every section, in the page's order; a study shows those it has something for."""
+PLACEHOLDERS = [
+    "No trial recorded a latency-throughput curve",
+    "No explanation yet",
+    "Needs at least 5 feasible",
+    "No failed or infeasible trial",
+    "No configuration was measured twice",
+    "No completed trial yet",
+    "No measured trial with throughput",
+]
+"""What the report used to show in a section it had nothing for: never again."""
 PLOTS = ["plot-pareto", "plot-history", "plot-importance", "plot-time"]
 PLANTED = '<script>alert("pwned")</script><i id="pwned">x</i>'
 CHROMIUM = next(
@@ -137,14 +150,18 @@ def parse(path: Path) -> Page:
     return page
 
 
+SMALL = ["summary", "pareto", "history", "time", "top"]
+
+
 @pytest.mark.parametrize(
-    ("n", "multi", "plots"),
+    ("n", "multi", "sections", "plots"),
     [
-        (0, False, []),
-        (0, True, []),
-        (1, False, ["plot-pareto", "plot-history", "plot-time"]),
-        (2, True, ["plot-pareto", "plot-history", "plot-time"]),
-        (200, True, PLOTS),  # 200 single-objective trials cost 5 s more to store, same code
+        (0, False, ["summary"], []),
+        (0, True, ["summary"], []),
+        (1, False, SMALL, ["plot-pareto", "plot-history", "plot-time"]),
+        (2, True, SMALL, ["plot-pareto", "plot-history", "plot-time"]),
+        # 200 single-objective trials cost 5 s more to store, same code
+        (200, True, [*SMALL[:3], "importance", "time", "failures", "top"], PLOTS),
     ],
 )
 def test_sections_for_study_sizes(
@@ -152,31 +169,36 @@ def test_sections_for_study_sizes(
     big_study: Callable[[bool], optuna.Study],
     n: int,
     multi: bool,
+    sections: list[str],
     plots: list[str],
 ) -> None:
+    """Each section is shown only when the study has what it needs: no empty placeholder
+    (no curve, no explanation, no re-measurement, no fleet plan here)."""
     if n == 200:
         study = big_study(multi)
     else:
         study = make_study(tmp_path, typical_specs(n) if n else [], multi=multi)
-    page = parse(write_report(study, path=tmp_path / "r" / "report.html"))
-    assert list(page.sections) == SECTIONS
+    path = write_report(study, path=tmp_path / "r" / "report.html")
+    page = parse(path)
+    assert list(page.sections) == sections
     assert [p for p in PLOTS if p in page.ids] == plots
+    raw = path.read_text(encoding="utf-8")
+    assert [p for p in PLACEHOLDERS if p in raw] == []
     assert f"trials{n}" in page.sections["summary"].replace(" ", "")
     # Self-contained: one inline plotly.js plus one inline script per plot, no external URLs.
     assert page.tags.get("script") == 1 + len(plots)
     assert not [u for u in page.urls if re.match(r"(https?:)?//", u)]
     assert page.tags.get("link", 0) == 0
-    for section in ("curves", "frontier"):  # no trial here records a curve
-        assert "No trial recorded a latency-throughput curve" in page.sections[section]
-    assert "No explanation yet: `autotune explain --study autotune-test`" in " ".join(
-        page.sections["explanation"].split()
-    )
     if n == 0:
         assert "No feasible trial" in page.sections["summary"]
-        assert "No feasible trial" in page.sections["top"]
     if n == 200:
         assert "Tuner overhead" in page.sections["time"]
         assert "cuda_oom" in page.sections["failures"]
+        # Importances say what they are, and how to measure what a lever is worth.
+        importance = " ".join(page.sections["importance"].split())
+        assert "where the trials varied" in importance
+        assert "not what a lever is worth at the winner" in importance
+        assert "`autotune explain --study autotune-test`" in importance
 
 
 def test_only_infeasible_trials(tmp_path: Path) -> None:
@@ -187,13 +209,12 @@ def test_only_infeasible_trials(tmp_path: Path) -> None:
         TrialSpec(throughput=700.0, slo_violation=5.0),
     ]
     page = parse(write_report(make_study(tmp_path, specs, multi=True), path=tmp_path / "r.html"))
-    assert list(page.sections) == SECTIONS
+    # No feasible trial: no top table, no importances (the summary says so once).
+    assert list(page.sections) == ["summary", "pareto", "history", "time", "failures"]
     assert "feasible0" in page.sections["summary"].replace(" ", "")
     assert "No feasible trial" in page.sections["summary"]
-    assert "No feasible trial" in page.sections["top"]
     assert "plot-pareto" in page.ids  # the SLO violators were measured and are plotted
     assert "plot-importance" not in page.ids
-    assert "Needs at least 5 feasible" in page.sections["importance"]
     failures = page.sections["failures"]
     assert "cuda_oom" in failures and "nccl_error" in failures
     assert "constraint violated (measured)" in failures
@@ -329,7 +350,7 @@ def test_noise_section_and_time_breakdown_with_probe_aborts_and_re_measurements(
             },
         )
     page = parse(write_report(study, path=tmp_path / "r.html"))
-    assert list(page.sections) == SECTIONS
+    assert list(page.sections) == ["summary", "pareto", "history", "noise", "time", "top"]
     noise = " ".join(page.sections["noise"].split())
     assert "Run-to-run noise" in noise and "1 degrees of freedom" not in noise
     assert "945.0" in noise and "± " in noise  # mean of trial 1 and its re-run
@@ -479,7 +500,17 @@ def test_curves_and_the_per_user_per_gpu_front(
     path = write_report(study, path=tmp_path / "r.html")
     page = parse(path)
     raw = path.read_text(encoding="utf-8")
-    assert list(page.sections) == SECTIONS
+    assert list(page.sections) == [
+        "summary",
+        "pareto",
+        "curves",
+        "frontier",
+        "history",
+        "importance",
+        "time",
+        "failures",
+        "top",
+    ]
     assert "plot-curves" in page.ids and "plot-frontier" in page.ids
     assert '<script>alert("pwned")' not in raw and '<i id="pwned">' not in raw
 
@@ -569,22 +600,21 @@ def test_deployment_gpus_reads_the_bundled_files(
     assert deployment_gpus([]) == {}
 
 
-def test_a_study_without_curves_gets_notes(tmp_path: Path) -> None:
+def test_a_study_without_curves_has_no_curve_sections(tmp_path: Path) -> None:
+    """A study that never asked for curves shows no curve section, not an empty one."""
     study = make_study(tmp_path, typical_specs(4))
-    page = parse(write_report(study, path=tmp_path / "r.html"))
-    for section in ("curves", "frontier"):
-        assert NO_CURVE in page.sections[section]
+    path = write_report(study, path=tmp_path / "r.html")
+    page = parse(path)
+    assert "curves" not in page.sections and "frontier" not in page.sections
     assert "plot-curves" not in page.ids and "plot-frontier" not in page.ids
-    assert "No feasible configuration" not in page.sections["curves"]
+    assert NO_CURVE not in path.read_text(encoding="utf-8")
 
 
 def test_curves_of_infeasible_trials_only(tmp_path: Path) -> None:
     study = make_study(tmp_path, [])
     study.add_trial(curve_trial(TrialSpec(throughput=500.0, slo_violation=3.0), sweep(600.0, 20.0)))
     page = parse(write_report(study, path=tmp_path / "r.html"))
-    assert (
-        "No feasible configuration (nor the baseline) recorded a curve" in page.sections["curves"]
-    )
+    assert "curves" not in page.sections  # no feasible configuration's curve to draw
     assert "plot-frontier" in page.ids  # every curve point is on the per-user / per-GPU plot
 
 
@@ -616,7 +646,7 @@ def test_a_capacity_study_says_req_s_and_marks_the_capacity(tmp_path: Path) -> N
     assert "capacity req/s" in summary and "capacity req/s" in top
     assert "4.0 req/s (n=1" in summary
     assert "Capacity vs TPOT p99" in page.sections["pareto"]
-    for section in ("summary", "pareto", "history", "noise", "top"):
+    for section in ("summary", "pareto", "history", "top"):
         assert "tok/s" not in page.sections[section], section
     _, history = figure(raw, "plot-history")
     assert history["yaxis"]["title"]["text"] == "capacity (req/s)"
@@ -661,6 +691,7 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
     page throws; a control page with a planted error shows the error catcher works."""
     study = curves_study(tmp_path / "s", deployment="sim-dsv4-flash-pd")
     explained(study, moe="<b>bold</b>" + PLANTED)
+    store_settings(study, PlanSettings(target_rate=3.0, per_replica_rate=0.5, gpu_hour_cost=2.0))
     html = write_report(study, path=tmp_path / "report.html").read_text(encoding="utf-8")
     catcher = (
         "<script>function atErr(m){document.documentElement.setAttribute('data-js-error',"
@@ -704,16 +735,29 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
         assert block.count('class="point"') >= 10  # markers drawn
     curves = out[starts[0] : out.find('id="plot-', starts[0] + 10)]
     assert curves.count('class="xy"') + curves.count('class="x2y2"') >= 2  # both subplots
+
     # The explanation: 6 waterfall bars (baseline, 4 steps, winner), their whiskers and
     # figures; then a bar per change and estimate.
-    for plot_id, points in (("plot-explain", 12), ("plot-explain-importance", 3)):
+    def block(plot_id: str) -> str:
         start = out.index(f'id="{plot_id}"')
         end = out.find('id="plot-', start + 10)
-        block = out[start : end if end > 0 else len(out)]
-        assert "js-plotly-plot" in block[:300], plot_id
-        assert 'class="main-svg"' in block and 'class="trace bars"' in block, plot_id
-        assert block.count('class="point"') >= points, plot_id
-    waterfall = out[out.index('id="plot-explain"') : out.index('id="plot-explain-importance"')]
+        return out[start : end if end > 0 else len(out)]
+
+    for plot_id, points in (("plot-explain", 12), ("plot-importance", 3)):
+        drawn = block(plot_id)
+        assert "js-plotly-plot" in drawn[:300], plot_id
+        assert 'class="main-svg"' in drawn and 'class="trace bars"' in drawn, plot_id
+        assert drawn.count('class="point"') >= points, plot_id
+    # Importances and contributions: two bar series, the contributions with whiskers.
+    assert block("plot-importance").count('class="trace bars"') == 2
+    assert 'class="errorbar"' in block("plot-importance")
+    # The fleet plan: one marker per planned configuration, the cheapest a star.
+    fleet = block("plot-fleet")
+    assert "js-plotly-plot" in fleet[:300] and fleet.count('class="point"') >= 3
+    planned, _ = figure(html, "plot-fleet")
+    assert planned[-1]["marker"]["symbol"].count("star") == 1  # the cheapest
+    assert fleet.count('class="point"') >= len(planned[-1]["x"])
+    waterfall = block("plot-explain")
     assert waterfall.count('class="annotation"') == 6 and waterfall.count('class="ytick"') == 6
     assert '<i id="pwned"' not in out
     # Plotly draws the change's name as it is: text, no markup, no entity left undecoded.
@@ -875,8 +919,18 @@ def test_the_explanation_section(tmp_path: Path) -> None:
     expl = explained(study)
     path = write_report(study, path=tmp_path / "r.html")
     raw, page = path.read_text(encoding="utf-8"), parse(path)
-    assert list(page.sections) == SECTIONS
-    assert "plot-explain" in page.ids and "plot-explain-importance" in page.ids
+    # The explanation leads, right after the summary.
+    assert list(page.sections) == [
+        "summary",
+        "explanation",
+        "pareto",
+        "history",
+        "importance",
+        "time",
+        "failures",
+        "top",
+    ]
+    assert "plot-explain" in page.ids and "plot-importance" in page.ids
     text = section_text(raw, "explanation")
     winner = expl.winner
     assert f"Trial #{winner} : 1,000.0 ± 30.0 tok/s (n=3) against the baseline's 400.0" in text
@@ -914,30 +968,102 @@ def test_the_explanation_section(tmp_path: Path) -> None:
     assert f"4 kept cuda_graph the winner without it fails ({OOM})" in text
     assert "autotune best --study autotune-test --minimal" in text
 
-    # Importances next to contributions: one table row per change, two bar series.
-    html_ = section_html(raw, "explanation")
-    table = html_[html_.index("<h3>Importances") :]
-    body = table[table.index("<tbody>") : table.index("</tbody>")]
-    assert body.count("<tr>") == len(expl.effects) == 4
+    assert "answer another question: where the trials varied" in text
+
+    # Importances beside each lever's measured contribution: one table row per lever (by
+    # importance), two bar series.
     importances = param_importances(study)
     assert importances, "the study must have importances for this test"
-    data, _ = figure(raw, "plot-explain-importance")
+    levers = sorted(importances, key=lambda k: (-importances[k], k))
+    assert set(levers) == {"cuda_graph", MOE, "mem_fraction_static", "nccl_proto"} | {
+        "max_running_requests"  # the one lever the winner left at the baseline's value
+    }
+    html_ = section_html(raw, "importance")
+    body = html_[html_.index("<tbody>") : html_.index("</tbody>")]
+    assert body.count("<tr>") == len(levers) == 5
+    data, _ = figure(raw, "plot-importance")
     assert [t["name"] for t in data] == [
-        "Optuna importance (share)",
-        "measured contribution (share of the gain)",
+        "importance (where the trials varied)",
+        "measured contribution at the winner (share of the gain)",
     ]
-    # Required first, then by contribution; the gain is 600.
-    assert data[0]["y"] == ["cuda_graph", MOE, "mem_fraction_static", "nccl_proto"]
-    assert data[0]["x"] == pytest.approx(
-        [importances.get(n, 0.0) for n in ("cuda_graph", MOE, "mem_fraction_static", "nccl_proto")]
+    assert data[0]["y"] == data[1]["y"] == levers
+    assert data[0]["x"] == pytest.approx([importances[n] for n in levers])
+    # The gain is 600: moe bought 400, mem_fraction_static 100, nccl_proto 10; cuda_graph is
+    # required (no contribution to draw); max_running_requests was not changed.
+    share = {MOE: 400 / 600, "mem_fraction_static": 100 / 600, "nccl_proto": 10 / 600}
+    assert [data[1]["x"][levers.index(n)] for n in share] == pytest.approx(list(share.values()))
+    assert data[1]["x"][levers.index("cuda_graph")] is None
+    assert data[1]["x"][levers.index("max_running_requests")] is None
+    text = section_text(raw, "importance")
+    rows = {
+        lever: " ".join(re.sub(r"<[^>]+>", " ", unescape(row)).split())
+        for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)
+        for lever in levers
+        if f"<td>{lever}</td>" in row
+    }
+    assert (
+        "cuda_graph" in rows and "required: without it the deployment fails" in rows["cuda_graph"]
     )
-    assert data[1]["x"][0] is None  # required: no contribution to draw
-    assert data[1]["x"][1:] == pytest.approx([400 / 600, 100 / 600, 10 / 600])
-    assert "cuda_graph (required)" in text and "failed: " + OOM in text
-    assert "+400.0 [+360.0, +440.0]" in text and "66.7 % [60.0, 73.3]" in text
-    assert "reverted together with mem_fraction_static" in text  # the note
-    assert "Two estimates of different things" in text
+    assert "failed: " + OOM in rows["cuda_graph"]
+    assert "marlin -> cutlass" in rows[MOE] and "+400.0 [+360.0, +440.0]" in rows[MOE]
+    assert "66.7 % [60.0, 73.3] kept" in rows[MOE]
+    assert "1.7 % [-8.3, 11.7] dropped" in rows["nccl_proto"]
+    assert "reverted together with mem_fraction_static" in rows["nccl_proto"]
+    assert "not changed by the winner" in rows["max_running_requests"]
+    assert f"from the explanation of trial #{winner}" in text
+    assert "not what a lever is worth at the winner" in text
     assert "freshly started processes" in text
+
+
+def test_an_importance_the_explanation_contradicts_is_explained_in_words(tmp_path: Path) -> None:
+    """The bundled study's case: mem_fraction_static first by importance (the trials varied
+    with it), while the explanation measures that reverting it at the winner costs nothing
+    and drops it from the minimal winner. The report says both, and why both hold."""
+    specs = [TrialSpec(throughput=400.0, is_baseline=True)]
+    for i in range(12):  # only mem_fraction_static moves the objective across the trials
+        params = {**BASELINE_PARAMS, "mem_fraction_static": round(0.70 + 0.02 * i, 2)}
+        params["nccl_proto"] = ["unset", "LL"][i % 2]
+        specs.append(TrialSpec(throughput=200.0 + 60.0 * i, params=params))
+    study = make_study(tmp_path, specs)
+    estimate = best_estimate(study)
+    assert estimate is not None
+    expl = an_explanation(estimate.trial.number)
+    effects = list(expl.effects)
+    effects[2] = effects[2].model_copy(update={"contribution": iv(2.0, -30.0, 34.0)})
+    assert expl.minimal is not None
+    minimal = expl.minimal.model_copy(
+        update={"dropped": ["nccl_proto", "mem_fraction_static"], "kept": ["cuda_graph", MOE]}
+    )
+    expl = expl.model_copy(update={"effects": effects, "minimal": minimal})
+    study.set_user_attr(RESULT_ATTR, expl.model_dump(mode="json"))
+    importances = param_importances(study)
+    assert max(importances, key=lambda k: importances[k]) == "mem_fraction_static"
+    raw = write_report(study, path=tmp_path / "r.html").read_text(encoding="utf-8")
+    text = section_text(raw, "importance")
+    assert (
+        "mem_fraction_static ranks #1 by importance" in text
+        and "reverting it at the winner costs +2.0 [-30.0, +34.0] tok/s (an interval that holds "
+        "0: nothing measurable), and the minimal winner drops it"
+        in text
+    )
+    assert "Both hold: the trials varied most with it" in text
+    assert MOE + " ranks" not in text  # a change that bought something is not named
+
+
+def test_disagreements_name_only_high_levers_worth_nothing_at_the_winner() -> None:
+    from autotune.report.importance import _disagreements
+
+    expl = an_explanation(7)
+    importances = {"nccl_proto": 0.5, "max_running_requests": 0.3, MOE: 0.15, "cuda_graph": 0.05}
+    levers = list(importances)
+    lines = re.findall(r"<li>(.*?)</li>", unescape(_disagreements(levers, importances, expl)))
+    assert len(lines) == 2
+    assert lines[0].startswith("nccl_proto ranks #1 by importance (50.0 %), yet reverting it")
+    assert "and the minimal winner drops it" in lines[0]
+    assert lines[1].startswith("max_running_requests ranks #2 by importance (30.0 %), and the ")
+    assert "keeps the baseline's value" in lines[1]
+    # Nothing to say when the high ones bought something: no list at all.
+    assert _disagreements([MOE], {MOE: 0.9}, expl) == ""
 
 
 def test_an_incomplete_explanation_and_a_new_winner_say_so(tmp_path: Path) -> None:
@@ -958,11 +1084,9 @@ def test_an_incomplete_explanation_and_a_new_winner_say_so(tmp_path: Path) -> No
     assert "`autotune explain --study autotune-test` resumes it" in text
     assert "this explains trial #99" in text
     assert "No minimal winner" in text
-    assert "No Optuna importances for this study" in text  # 3 trials: too few
+    assert '<section id="importance">' not in raw  # 3 trials: too few for importances
     data, _ = figure(raw, "plot-explain")
     assert "interactions and the rest" in data[0]["y"]  # no path: the contributions instead
-    data, _ = figure(raw, "plot-explain-importance")
-    assert [t["name"] for t in data] == ["measured contribution (share of the gain)"]
 
 
 def test_the_waterfall_without_a_path_adds_the_contributions_and_the_rest() -> None:

@@ -10,6 +10,7 @@ This module builds the app; each command lives with the others of its concern:
 * ``_run``: run (the tuning loop)
 * ``_results``: best, report, status
 * ``_explain``: explain (what each of the winner's changes bought)
+* ``_plan``: plan (replicas, GPUs, cost and energy of a fleet for a target rate)
 * ``_storage``: migrate, dashboard
 * ``_hosts``: restore, apply
 * ``_bench``: bench
@@ -31,6 +32,7 @@ from autotune.cli._common import help_text
 from autotune.cli._explain import explain
 from autotune.cli._hosts import apply, restore
 from autotune.cli._init import init
+from autotune.cli._plan import plan
 from autotune.cli._results import best, report, status
 from autotune.cli._run import run
 from autotune.cli._space import space_check, space_render
@@ -56,6 +58,7 @@ _command(app, init)
 _command(app, run)
 _command(app, best)
 _command(app, explain)
+_command(app, plan)
 _command(app, report)
 _command(app, status)
 _command(app, migrate)

@@ -1,25 +1,20 @@
-"""The report's explanation section: what ``autotune explain`` stored
-(:func:`autotune.explain.load_explanation`), drawn as the waterfall from the baseline to
-the winner (:mod:`autotune.report.waterfall`), the minimal winner beside the full one, and
-each change's measured contribution beside Optuna's importance of its levers; before an
-explanation it says how to get one.
+"""The report's explanation section (shown when ``autotune explain`` stored one, and placed
+right after the summary: what each change bought is the answer a reader wants first): the
+waterfall from the baseline to the winner (:mod:`autotune.report.waterfall`) and the minimal
+winner beside the full one. Each change's measured contribution is also drawn beside
+Optuna's importance of its levers, in the importance section
+(:mod:`autotune.report.importance`), which answers another question.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import optuna
-import plotly.graph_objects as go
-
-from autotune.errors import StorageError
-from autotune.explain import Explanation, Interval, Measured, load_explanation
-from autotune.report._common import _e, _note, _pct, _pe, _plot, _section_open, _table
+from autotune.explain import Explanation, Interval, Measured
+from autotune.report._common import _e, _note, _plot, _section_open, _table
+from autotune.report._data import ReportData
 from autotune.report.waterfall import (
-    _interval,
-    _label,
-    _levers,
     _measured,
     _signed,
     waterfall_bars,
@@ -30,27 +25,21 @@ from autotune.results import (
     t_quantile,
 )
 
-NO_EXPLANATION = (
-    "No explanation yet: `autotune explain --study {study}` measures what each of the "
-    "winner's changes from the baseline bought (each reverted alone, from freshly started "
-    "services), the path from the baseline and the minimal winner."
-)
 
-
-def _explanation(
-    study: optuna.Study, importances: Mapping[str, float], winner: ConfigEstimate | None
-) -> str:
+def section(data: ReportData) -> str | None:
     """What ``autotune explain`` measured (:class:`autotune.explain.Explanation`): the
-    waterfall from the baseline to the winner, the minimal winner beside the full one, and
-    the measured contributions beside Optuna's importances (which answer another question)."""
-    head = _section_open("explanation", "Explanation: what each change bought")
-    try:
-        e = load_explanation(study)
-    except StorageError as exc:
-        return head + _note(f"The stored explanation cannot be read: {exc}") + "</section>"
+    waterfall from the baseline to the winner and the minimal winner beside the full one."""
+    title = "Explanation: what each change bought"
+    if data.explanation_error is not None:
+        return (
+            _section_open("explanation", title)
+            + _note(f"The stored explanation cannot be read: {data.explanation_error}")
+            + "</section>"
+        )
+    e = data.explanation
     if e is None:
-        return head + _note(NO_EXPLANATION.format(study=study.study_name)) + "</section>"
-    parts = [head, _explanation_intro(e, study.study_name, winner)]
+        return None
+    parts = [_section_open("explanation", title), _explanation_intro(e, data.name, data.winner)]
     if not e.effects:
         parts.append(_note(f"Trial #{e.winner} has the baseline's configuration: no change."))
         return "\n".join(parts) + "</section>"
@@ -58,7 +47,7 @@ def _explanation(
     if bars is None:
         parts.append(_note("The winner or the baseline has no measurement: no waterfall."))
     else:
-        parts.append(_plot(waterfall_figure(bars, e), "plot-explain", height=_rows_height(bars)))
+        parts.append(_plot(waterfall_figure(bars, e), "plot-explain", height=rows_height(bars)))
         how = (
             "each bar adds the changes named to the configuration above it (largest first), "
             "as measured along the path from the baseline"
@@ -73,8 +62,16 @@ def _explanation(
                 "Whiskers: 95% intervals; hover a bar for its levers."
             )
         )
-    parts.append(_minimal(e, study.study_name))
-    parts.append(_contributions(e, importances))
+    parts.append(_minimal(e, data.name))
+    if data.importances:
+        parts.append(
+            _note(
+                "Optuna's parameter importances (further down) answer another question: where "
+                "the trials varied, not what a change is worth at the winner; that section "
+                "puts each lever's measured contribution from this explanation beside its "
+                "importance."
+            )
+        )
     return "\n".join(parts) + "</section>"
 
 
@@ -174,148 +171,7 @@ def _minimal(e: Explanation, study_name: str) -> str:
     return head + table + dropped + rule + "<h4>Decisions, in the order taken</h4>" + decisions
 
 
-def _contributions(e: Explanation, importances: Mapping[str, float]) -> str:
-    """Each change's Optuna importance (summed over its levers) beside its measured
-    contribution, as a table and as two bars per change."""
-    head = "<h3>Importances next to measured contributions</h3>\n"
-    win, base = e.winner_measured.mean, e.baseline_measured.mean
-    gain = win.value - base.value if win is not None and base is not None else None
-    share_of = (lambda v: v / gain) if gain is not None and gain > 0 else None
-    ordered = sorted(
-        enumerate(e.effects),
-        key=lambda item: (
-            0 if item[1].required else (1 if item[1].contribution is not None else 2),
-            -(item[1].contribution.value if item[1].contribution else 0.0),
-            item[0],
-        ),
-    )
-    effects = [x for _, x in ordered]
-    shares = [_importance_share(x.levers, importances) for x in effects]
-    rows = []
-    for x, imp in zip(effects, shares, strict=True):
-        label = _e(x.change) + (" <b>(required)</b>" if x.required else "")
-        if x.note:
-            label += f"<br><i>{_e(x.note)}</i>"
-        c = x.contribution
-        share = "n/a"
-        if c is not None and share_of is not None:
-            share = _pct(share_of(c.value))
-            if c.low is not None and c.high is not None:
-                share += f" [{100 * share_of(c.low):.1f}, {100 * share_of(c.high):.1f}]"
-        rows.append(
-            [
-                label,
-                "<br>".join(_e(line.strip()) for line in _levers([x.change], {x.change: x})[1:]),
-                _pct(imp),
-                _e(_interval(c)) if c is not None else "n/a",
-                _e(share),
-                _e(_measured(x.without, e.unit)),
-            ]
-        )
-    table = _table(
-        [
-            "change",
-            "baseline -> winner",
-            "Optuna importance (share)",
-            f"measured contribution {e.unit} (95% interval)",
-            "share of the gain",
-            "winner without it",
-        ],
-        rows,
-        numeric={2, 3, 4},
-    )
-    fig = go.Figure()
-    labels = [_label([x.change]) for x in effects]
-    if importances:
-        fig.add_trace(
-            go.Bar(
-                y=labels,
-                x=shares,
-                orientation="h",
-                name="Optuna importance (share)",
-                marker={"color": "#9467bd"},
-                hovertext=[
-                    f"{_pe(x.change)}<br>importance {_pct(s)}"
-                    for x, s in zip(effects, shares, strict=True)
-                ],
-                hoverinfo="text",
-            )
-        )
-    if share_of is not None:
-        values = [share_of(x.contribution.value) if x.contribution else None for x in effects]
-
-        def whisker(high: bool) -> list[float]:
-            """How far the interval's bound lies from the bar's end, as a share."""
-            out = []
-            for x, v in zip(effects, values, strict=True):
-                c = x.contribution
-                edge = None if c is None else (c.high if high else c.low)
-                out.append(0.0 if v is None or edge is None else abs(share_of(edge) - v))
-            return out
-
-        fig.add_trace(
-            go.Bar(
-                y=labels,
-                x=values,
-                orientation="h",
-                name="measured contribution (share of the gain)",
-                marker={"color": "#ff7f0e"},
-                error_x={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": whisker(high=True),
-                    "arrayminus": whisker(high=False),
-                },
-                hovertext=[
-                    f"{_pe(x.change)}<br>contribution {_pe(_interval(x.contribution, e.unit))}"
-                    if x.contribution
-                    else f"{_pe(x.change)}<br>not measured"
-                    for x in effects
-                ],
-                hoverinfo="text",
-            )
-        )
-    fig.update_layout(
-        barmode="group",
-        xaxis={"title": "share", "tickformat": ".0%"},
-        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
-        legend={"orientation": "h", "y": 1.08},
-    )
-    total = sum(x.contribution.value for x in effects if x.contribution is not None)
-    added = (
-        f" (here they sum to {_pct(share_of(total))} of the gain)" if share_of is not None else ""
-    )
-    note = _note(
-        "Two estimates of different things. Optuna's importance (PED-ANOVA over the study's "
-        "feasible trials, summed over each change's levers) says how much of the variance "
-        "of the objective across the trials a parameter explains: a lever can matter across "
-        "the search (bad values sink trials) and cost nothing to revert at the winner. A "
-        "measured contribution is what reverting the change from the winner costs (the "
-        "winner minus the winner without it, both measured from freshly started "
-        "processes), as a share of the winner's gain over the baseline; contributions do "
-        f"not add up to the gain when changes interact{added}."
-    )
-    if not importances:
-        note += _note(
-            "No Optuna importances for this study (too few feasible trials, or they could "
-            "not be computed): only the measured contributions are drawn."
-        )
-    if share_of is None:
-        note += _note("The winner does not beat the baseline: no share of the gain to draw.")
-    plot = ""
-    if fig.data:
-        plot = _plot(fig, "plot-explain-importance", height=_rows_height(effects, per=44))
-    return head + table + plot + note
-
-
-def _importance_share(levers: Sequence[str], importances: Mapping[str, float]) -> float | None:
-    """A change's importance: its levers' summed (the levers that change together); None
-    when Optuna has no figure for any of them."""
-    known = [importances[lever] for lever in levers if lever in importances]
-    return sum(known) if known else None
-
-
-def _rows_height(rows: Sequence[object], per: int = 34) -> int:
+def rows_height(rows: Sequence[object], per: int = 34) -> int:
     return max(460, 140 + per * len(rows))
 
 

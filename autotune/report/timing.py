@@ -1,0 +1,110 @@
+"""Where a trial's time goes, by phase (shown when trials recorded their phase times):
+restart, the correctness probe, warm-up, measure and the tuner's own time, and what
+early aborts and re-measurements took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from autotune.report._common import _e, _num, _pct, _plot, _section_open, _table
+from autotune.report._data import ReportData
+
+PHASES: tuple[str, ...] = ("restart", "probe", "warmup", "measure", "tuner")
+
+
+PHASE_LABELS = {
+    "restart": "restart",
+    "probe": "correctness probe",
+    "warmup": "warm-up",
+    "measure": "measure",
+    "tuner": "tuner",
+}
+
+
+def section(data: ReportData) -> str | None:
+    """Where a trial's time goes: per trial (stacked bars) and over the study (median, mean,
+    total and share of each phase). ``tuner`` is the loop's own time (sampler, storage,
+    journal, rendering, the load generator's set-up); the correctness probe is a request
+    the deployment serves, shown as its own phase."""
+    results, remeasured = data.results, data.remeasured
+    timed = [r for r in results if r.phase_seconds]
+    if not timed:
+        return None
+    head = _section_open("time", "Time per trial")
+    phases = [p for p in PHASES if p != "probe" or any(p in r.phase_seconds for r in timed)]
+    fig = go.Figure()
+    for phase in phases:
+        fig.add_trace(
+            go.Bar(
+                x=[r.number for r in timed],
+                y=[r.phase_seconds.get(phase, 0.0) for r in timed],
+                name=PHASE_LABELS[phase],
+            )
+        )
+    fig.update_layout(barmode="stack", xaxis_title="trial", yaxis_title="seconds")
+    per_phase = {p: [r.phase_seconds.get(p, 0.0) for r in timed] for p in phases}
+    totals = {p: sum(v) for p, v in per_phase.items()}
+    grand = sum(totals.values())
+    per_trial = [sum(r.phase_seconds.get(p, 0.0) for p in phases) for r in timed]
+    rows = [
+        [
+            _e(PHASE_LABELS[p]),
+            _num(_median(per_phase[p]), 2),
+            _num(totals[p] / len(timed), 2),
+            _num(totals[p]),
+            _pct(totals[p] / grand if grand else None),
+        ]
+        for p in phases
+    ]
+    rows.append(
+        [
+            "<b>all</b>",
+            _num(_median(per_trial), 2),
+            _num(grand / len(timed), 2),
+            _num(grand),
+            _pct(1.0),
+        ]
+    )
+    table = _table(
+        ["phase", "median s / trial", "mean s / trial", "total s", "share"],
+        rows,
+        numeric={1, 2, 3, 4},
+    )
+    overhead = totals["tuner"] / grand if grand else None
+    summary = (
+        f"<p>Tuner overhead: <b>{_pct(overhead)}</b> of recorded time "
+        f"(median {_num(_median(per_phase['tuner']) * 1000, 0)} ms per trial: sampling, "
+        "rendering, the journal and storage writes, the load generator's set-up; the "
+        "correctness probe is a request the deployment serves, shown on its own).</p>"
+    )
+    aborted = [r.phase_seconds.get("measure", 0.0) for r in timed if r.aborted]
+    full = [
+        r.phase_seconds.get("measure", 0.0)
+        for r in timed
+        if not r.aborted and r.phase_seconds.get("measure", 0.0) > 0
+    ]
+    if aborted:
+        summary += (
+            f"<p>{len(aborted)} trial(s) aborted early (clearly below the incumbent): measure "
+            f"phase median {_num(_median(aborted), 2)} s against {_num(_median(full), 2)} s "
+            "for the fully measured ones.</p>"
+        )
+    if remeasured:
+        spent = sum(sum(m.phase_seconds.get(p, 0.0) for p in PHASES) for m in remeasured)
+        summary += (
+            f"<p>Re-measurement: {len(remeasured)} run(s), {_num(spent)} s "
+            f"({_pct(spent / (grand + spent) if grand + spent else None)} of all recorded time; "
+            "not in the table above).</p>"
+        )
+    return head + _plot(fig, "plot-time") + table + summary + "</section>"
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
