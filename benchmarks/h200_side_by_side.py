@@ -173,11 +173,10 @@ def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[
     return row, _values(base) if base is not None else []
 
 
-def read_side_dir(tar: Path) -> Path | None:
-    """The side-by-side directory from run.sh's tarball (a temporary copy), or None."""
+def read_side_dir(tar: Path, out: Path) -> Path | None:
+    """The side-by-side directory from run.sh's tarball, unpacked into ``out``; or None."""
     if not tar.is_file():
         return None
-    out = Path(tempfile.mkdtemp(prefix="h200-side-"))
     with tarfile.open(tar) as t:
         t.extractall(out, filter="data")
     return out
@@ -291,8 +290,9 @@ def report(study: str, budget: int, *, here: Path = HERE) -> list[str]:
     for row in (tpe, rnd, *check[1:]):
         if row.values:
             row.gain = gain(row.values, defaults)
-    side = read_side_dir(here / f"{study}-side-by-side.tar.gz")
-    rows = [tpe, rnd, *sweep_row(side, defaults), *check, *agreement_row(side)]
+    with tempfile.TemporaryDirectory(prefix="h200-side-") as tmp:
+        side = read_side_dir(here / f"{study}-side-by-side.tar.gz", Path(tmp))
+        rows = [tpe, rnd, *sweep_row(side, defaults), *check, *agreement_row(side)]
     out = [
         f"## {study}: side by side on one H200 (budget {budget} restarts per tuning arm)",
         "",
