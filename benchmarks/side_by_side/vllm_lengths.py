@@ -12,7 +12,7 @@ max(ceil(O * (1 + r)), 1)]``; r must be in [0, 1).
 
 So our ``[lo, hi]`` becomes the centre ``(lo + hi) / 2`` and ``r = (hi - lo) / (hi + lo)``:
 ours input_len 2048, ratio 0.125 ([256, 2048]) is vLLM's ``--random-input-len 1152
---random-range-ratio 0.7777`` (r rounded down: 0.7778 would give floor(1152 x 0.2222) = 255).
+--random-range-ratio 0.7777`` (r rounded down: 0.7778 would draw over 255-2049).
 Both tools then send the same distribution of prompt tokens (the server adds the same special
 tokens to either) and ask for the same distribution of output tokens.
 """
