@@ -2,36 +2,36 @@
 
 A capacity study measured, for each configuration, the highest request rate one deployment
 (one replica) sustains under the SLOs. Serving ``target`` req/s with ``headroom`` then takes
-``ceil(target x (1 + headroom) / rate)`` replicas, and the rate used is the lower 95%
-confidence bound over the configuration's measurements (:attr:`ConfigEstimate.lower`, what
-``best`` ranks by), not the mean: a fleet sized on the mean is short about half the time the
-noise falls the other way. Configurations that met the SLOs at no rate measured are listed,
-never planned (no number of replicas of them meets a latency SLO).
+``ceil(target x (1 + headroom) / rate)`` replicas (:func:`autotune.plan.rates.replicas_needed`),
+and the rate used is the lower 95% confidence bound over the configuration's measurements
+(:attr:`ConfigEstimate.lower`, what ``best`` ranks by), not the mean: a fleet sized on the
+mean is short about half the time the noise falls the other way. Where the rate comes from
+when the study measured no capacity: :mod:`autotune.plan.rates`. Configurations that met the
+SLOs at no rate measured are listed, never planned (:mod:`autotune.plan.excluded`).
 
-Three sources of the per-replica rate, by the study's first objective:
-
-* ``capacity_req_s``: the capacity itself;
-* ``capacity_streams`` (a search over concurrency): the request throughput measured at
-  capacity, scaled by the capacity's lower bound over its mean;
-* anything else (one load level per configuration): ``--per-replica-rate``, stated for the
-  winner, each other configuration scaled by its objective relative to the winner's. The plan
-  says what that assumes.
+Planned: the winner (``best``'s pick), the minimal winner of a stored explanation of it, the
+best distinct configurations after it, and the baseline; the cheapest is marked.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import optuna
 
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError
 from autotune.explain import load_explanation, load_runs
 from autotune.explain.minimal import minimal_trial
+from autotune.plan.excluded import config_key, failed_counts, never_met, why_not
 from autotune.plan.model import FleetPlan, FleetRow, Unplannable
+from autotune.plan.rates import (
+    Rate,
+    RateKind,
+    per_replica_rate,
+    rate_kind,
+    rate_source,
+    replicas_needed,
+)
 from autotune.plan.settings import PlanSettings
 from autotune.results import (
     THROUGHPUT,
@@ -45,52 +45,6 @@ from autotune.results import (
     objective_label,
     ranked_estimates,
 )
-
-RateKind = Literal["capacity", "streams", "stated"]
-
-CAPACITY_RATE = "capacity_req_s"
-CAPACITY_STREAMS = "capacity_streams"
-
-
-def replicas_needed(provisioned: float, rate_lower: float) -> int:
-    """``ceil(provisioned / rate_lower)``, at least 1. A quotient that floating point puts a
-    hair above a whole number (``12.000000000000002``) counts as that number."""
-    if rate_lower <= 0 or provisioned <= 0:
-        raise ValueError("rates must be positive")
-    quotient = provisioned / rate_lower
-    return max(1, math.ceil(quotient - 1e-9 * quotient))
-
-
-@dataclass(frozen=True)
-class _Rate:
-    mean: float
-    lower: float
-    n: int
-
-
-def rate_kind(metric_names: Sequence[str], settings: PlanSettings) -> RateKind:
-    """Where the per-replica rate comes from; a :class:`ConfigError` when the study measured
-    no capacity and no rate was stated, or when a rate is stated for a capacity study."""
-    first = metric_names[0] if metric_names else THROUGHPUT
-    what, unit = objective_label(metric_names)
-    if first in (CAPACITY_RATE, CAPACITY_STREAMS):
-        if settings.per_replica_rate is not None:
-            raise ConfigError(
-                f"this study measured each configuration's capacity ({unit}); "
-                "--per-replica-rate is for a study that measured none",
-                field="--per-replica-rate",
-            )
-        return "capacity" if first == CAPACITY_RATE else "streams"
-    if settings.per_replica_rate is None:
-        raise ConfigError(
-            f"the study's objective is {what} ({unit or first}) at one load: it measured no "
-            "capacity (the highest request rate under the SLOs). Give --per-replica-rate, the "
-            "req/s one replica of the winner sustains under your SLOs, or plan a study with "
-            "objective: capacity",
-            field="--per-replica-rate",
-            allowed=[CAPACITY_RATE, CAPACITY_STREAMS],
-        )
-    return "stated"
 
 
 def make_plan(
@@ -140,10 +94,13 @@ class _Builder:
             settings=self.settings,
             provisioned_rate=self.settings.provisioned_rate,
             objective=self.names[0],
-            rate_source=self._rate_source(),
+            rate_source=rate_source(self.kind, self.settings, self.what),
             rows=rows,
-            unplannable=self.unplannable + self._never_met(),
-            failed=_failed(self.results),
+            unplannable=self.unplannable
+            + never_met(
+                self.kind, self.results, self.estimates, {u.trial for u in self.unplannable}
+            ),
+            failed=failed_counts(self.results),
             notes=self.notes,
         )
 
@@ -158,11 +115,11 @@ class _Builder:
         ranked = _distinct(ranked_estimates(self.study))
         for rank, e in enumerate(ranked[: self.settings.top], start=1):
             label = "winner" if e.trial.number == self.winner.trial.number else f"#{rank}"
-            keys[_key(e.trial)] = len(chosen)
+            keys[config_key(e.trial)] = len(chosen)
             chosen.append(([label], e))
         base_row: tuple[list[str], ConfigEstimate] | None = None
         if self.baseline is not None:
-            at = keys.get(_key(self.baseline))
+            at = keys.get(config_key(self.baseline))
             base = next((e for e in self.estimates if e.trial.number == self.baseline.number), None)
             if at is not None:
                 chosen[at][0].append("baseline")
@@ -173,7 +130,7 @@ class _Builder:
                     Unplannable(
                         label="baseline",
                         trial=self.baseline.number,
-                        reason=self._why_not(self.baseline, base),
+                        reason=why_not(self.kind, self.baseline, base),
                     )
                 )
         rows = []
@@ -195,7 +152,7 @@ class _Builder:
         self,
         label: str,
         trial: TrialResult,
-        rate: _Rate | None,
+        rate: Rate | None,
         estimate: ConfigEstimate | None,
         *,
         minimal: bool = False,
@@ -294,115 +251,14 @@ class _Builder:
 
     # --- the per-replica rate -------------------------------------------------------------
 
-    def _rate(self, e: ConfigEstimate) -> _Rate | None:
+    def _rate(self, e: ConfigEstimate) -> Rate | None:
         return self._scaled(e.trial, e.mean, e.lower, e.n, e)
 
     def _scaled(
-        self,
-        trial: TrialResult,
-        mean: float,
-        lower: float,
-        n: int,
-        estimate: ConfigEstimate | None = None,
-    ) -> _Rate | None:
-        """The per-replica rate (req/s) from a measured objective value and its bound."""
-        if self.kind == "capacity":
-            return _Rate(mean, lower, n)
-        if self.kind == "streams":
-            rates = [
-                v
-                for m in (estimate.measurements if estimate is not None else ())
-                if m.full and (v := metric_value(m.metrics, "request_throughput")) is not None
-            ] or [v for v in [metric_value(trial.metrics, "request_throughput")] if v is not None]
-            if not rates or mean <= 0:
-                return None
-            rate = sum(rates) / len(rates)
-            return _Rate(rate, rate * lower / mean, n)
-        assert self.winner is not None and self.settings.per_replica_rate is not None
-        stated, w = self.settings.per_replica_rate, self.winner
-        if w.mean <= 0:
-            return None
-        low_ref = w.lower if w.lower > 0 else w.mean
-        return _Rate(stated * mean / w.mean, stated * lower / low_ref, n)
-
-    def _rate_source(self) -> str:
-        if self.kind == "capacity":
-            return (
-                "each configuration's capacity: the highest Poisson request rate at which "
-                "every SLO held, found by the trial's search (the lower end of its last "
-                "bracket); its lower 95% bound over every measurement of that configuration"
-            )
-        if self.kind == "streams":
-            return (
-                "each configuration's capacity in concurrent streams, as a request rate: the "
-                "request throughput measured at capacity, times the capacity's lower 95% bound "
-                "over its mean"
-            )
-        stated = self.settings.per_replica_rate
-        return (
-            f"--per-replica-rate {stated:g} req/s for the winner; every other configuration's "
-            f"rate is that times its {self.what} relative to the winner's (mean to mean, "
-            "lower bound to lower bound)"
-        )
-
-    # --- what is not planned, and why -----------------------------------------------------
-
-    def _why_not(self, trial: TrialResult, estimate: ConfigEstimate | None) -> str:
-        if trial.failure:
-            return f"it did not run: {trial.failure}" + (
-                f" ({trial.reason[:160]})" if trial.reason else ""
-            )
-        if estimate is not None and estimate.flaky:
-            return estimate.flaky
-        if not trial.feasible:
-            return self._slo_reason(trial)
-        return "it has no full measurement (aborted early, or not complete)"
-
-    def _slo_reason(self, trial: TrialResult) -> str:
-        points = [p for p in trial.curve if isinstance(p.get("x"), (int, float))]
-        if self.kind in ("capacity", "streams") and points:
-            low = min(points, key=lambda p: float(p["x"]))
-            broke = "; ".join(str(v) for v in low.get("violations") or []) or "an SLO"
-            load = "req/s" if (trial.capacity or {}).get("over", "rate") == "rate" else "streams"
-            return (
-                f"no load met the SLOs: at {float(low['x']):g} {load}, the lowest probed, it "
-                f"broke {broke}"
-            )
-        keys = sorted(k for k, v in trial.constraints.items() if v > 0 and not k.isdigit())
-        text = ", ".join(keys) or "an SLO"
-        if self.kind == "stated":
-            return (
-                f"it broke {text} at the study's one load; a lower load was not measured, so "
-                "no rate is known to meet the SLOs"
-            )
-        return f"it broke {text} at every load measured"
-
-    def _never_met(self) -> list[Unplannable]:
-        """Distinct measured configurations that met the SLOs at no load measured (the
-        baseline is listed on its own)."""
-        out, seen = [], set()
-        skip = {u.trial for u in self.unplannable}
-        for r in self.results:
-            if (
-                not r.complete
-                or r.feasible
-                or r.failure is not None
-                or r.reused_from is not None
-                or not r.metrics
-                or r.number in skip
-                or r.is_baseline
-            ):
-                continue
-            key = _key(r)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(Unplannable(label="", trial=r.number, reason=self._slo_reason(r)))
-        for e in self.estimates:
-            if e.flaky and e.trial.number not in skip and _key(e.trial) not in seen:
-                seen.add(_key(e.trial))
-                out.append(Unplannable(label="", trial=e.trial.number, reason=e.flaky))
-        return out
+        self, trial: TrialResult, mean: float, lower: float, n: int, e: ConfigEstimate | None = None
+    ) -> Rate | None:
+        assert self.winner is not None
+        return per_replica_rate(self.kind, self.settings, self.winner, trial, mean, lower, n, e)
 
     # --- what the plan assumes ------------------------------------------------------------
 
@@ -506,20 +362,12 @@ def _distinct(estimates: Sequence[ConfigEstimate]) -> list[ConfigEstimate]:
     seen: set[str] = set()
     out = []
     for e in estimates:
-        key = _key(e.trial)
+        key = config_key(e.trial)
         if key in seen:
             continue
         seen.add(key)
         out.append(e)
     return out
-
-
-def _key(trial: TrialResult) -> str:
-    return (
-        json.dumps(trial.config, sort_keys=True, default=str)
-        if trial.config
-        else (f"#{trial.number}")
-    )
 
 
 def _changes(trial: TrialResult, baseline: TrialResult | None) -> int | None:
@@ -536,11 +384,3 @@ def _tokens_per_request(metrics: Mapping[str, object]) -> float | None:
     if out is None or req is None or req <= 0 or out <= 0:
         return None
     return out / req
-
-
-def _failed(results: Sequence[TrialResult]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in results:
-        if r.failure and r.reused_from is None:
-            counts[r.failure] = counts.get(r.failure, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
