@@ -101,11 +101,11 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
-def read_yaml(path: Path) -> object:
-    """The YAML document in ``path``; syntax errors name the line and column."""
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``, read as every file autotune is given is read: only a
+    regular file (/dev/zero never ends, a FIFO blocks the open until someone writes to it),
+    at most :data:`MAX_FILE_BYTES`; anything else is a :class:`ConfigError` naming the file."""
     try:
-        # Only regular files, and never more than the limit: /dev/zero never ends, a FIFO
-        # blocks the open until someone writes to it.
         mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
             raise ConfigError("cannot read the file: it is a directory", file=str(path))
@@ -123,11 +123,17 @@ def read_yaml(path: Path) -> object:
     if len(raw) > MAX_FILE_BYTES:
         raise ConfigError(f"file larger than {MAX_FILE_BYTES} bytes", file=str(path))
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)
         ) from None
+
+
+def read_yaml(path: Path) -> object:
+    """The YAML document in ``path`` (read by :func:`read_text`); syntax errors name the
+    line and column."""
+    text = read_text(path)
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:

@@ -10,12 +10,11 @@ import json
 import math
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import typer
 from rich.text import Text
 
-from autotune.cli._common import check_out, console, err_console, friendly, writing
+from autotune.cli._common import check_out, check_url, console, err_console, friendly, writing
 from autotune.errors import ConfigError
 
 MAX_TOKENS = 1 << 20
@@ -123,7 +122,7 @@ def bench(
     from autotune.loadgen.display import metrics_table
     from autotune.yamlio import validation_error_to_config_error
 
-    _check_url(url)
+    check_url(url)
     if api not in ("completions", "chat"):
         raise ConfigError(f"unknown api {api!r}", field="--api", allowed=("completions", "chat"))
     if duration is not None and not (math.isfinite(duration) and duration > 0):
@@ -226,16 +225,3 @@ def _dataset(
     elif kind == "sharegpt" and "path" not in out:
         raise ConfigError("--dataset sharegpt needs --dataset-path FILE", field="--dataset-path")
     return out
-
-
-def _check_url(url: str) -> None:
-    """``--url`` must be http(s)://HOST[:PORT][/path] (urllib and httpx raise raw errors)."""
-    allowed = ["http://HOST:PORT", "https://HOST:PORT"]
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port  # ValueError for a port that is not 0..65535
-    except ValueError as exc:
-        raise ConfigError(f"invalid URL {url!r}: {exc}", field="--url", allowed=allowed) from None
-    bad = any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or bad or port == 0:
-        raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)

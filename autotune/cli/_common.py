@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -157,3 +158,18 @@ def deployment_context(study: str, study_file: Path | None) -> tuple[Any, Any, A
     space = load_space(definition.resolve(definition.space))
     deployment = load_deployment(definition.resolve(definition.deployment))
     return definition, space, deployment, deployment.default_run_dir(study)
+
+
+def check_url(url: str) -> str:
+    """A ``--url`` (bench, init) must be http(s)://HOST[:PORT][/path]: urllib and httpx raise
+    raw errors (``InvalidURL``) for the rest."""
+    allowed = ["http://HOST:PORT", "https://HOST:PORT"]
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # ValueError for a port that is not 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"invalid URL {url!r}: {exc}", field="--url", allowed=allowed) from None
+    bad = any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or bad or port == 0:
+        raise ConfigError(f"not an http(s) URL: {url!r}", field="--url", allowed=allowed)
+    return url.strip()

@@ -11,7 +11,7 @@ from typing import Literal, cast
 
 import typer
 
-from autotune.cli._common import check_out, friendly, say, writing
+from autotune.cli._common import check_out, check_url, friendly, say, writing
 from autotune.errors import ConfigError
 
 
@@ -120,7 +120,7 @@ def init(
         compose=from_compose,
         compose_services=list(service or []),
         k8s=from_k8s,
-        urls=list(url or []),
+        urls=[check_url(u) for u in url or []],
         versions=_pairs(engine_version, option="--engine-version"),
         platform=cast(Literal["cpu", "gpu"] | None, platform),
         health=_pairs(health, option="--health"),

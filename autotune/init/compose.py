@@ -28,7 +28,7 @@ from autotune.init.model import RawService
 from autotune.init.secrets import reference
 from autotune.init.systemd import parse_env_file
 from autotune.secrets import is_secret_flag, looks_secret
-from autotune.yamlio import read_yaml
+from autotune.yamlio import read_text, read_yaml
 
 IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
     # vLLM's OpenAI image: `docker run vllm/vllm-openai MODEL --tensor-parallel-size 8`
@@ -62,7 +62,7 @@ def read_compose(path: Path, only: list[str] | None) -> list[RawService]:
 
 
 def _dotenv(path: Path) -> dict[str, str]:
-    return parse_env_file(path.read_text(), path=str(path)) if path.is_file() else {}
+    return parse_env_file(read_text(path), path=str(path)) if path.is_file() else {}
 
 
 class _Vars:
@@ -181,7 +181,7 @@ def _environment(
             if required:
                 raise ConfigError(f"env_file {entry} does not exist", file=str(path), field=base)
             continue
-        for key, value in parse_env_file(env_path.read_text(), path=str(env_path)).items():
+        for key, value in parse_env_file(read_text(env_path), path=str(env_path)).items():
             env[key] = vars_(value) if not looks_secret(key) else reference(key)
             if looks_secret(key):
                 vars_.refs.add(key)

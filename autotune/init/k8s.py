@@ -29,6 +29,7 @@ from autotune.export.credentials import FLAG_PREFIX
 from autotune.init.engines import find_program
 from autotune.init.model import RawService
 from autotune.init.secrets import reference
+from autotune.yamlio import read_text
 
 _KUBE_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SERVICE_LABEL = "autotune.io/service"
@@ -45,7 +46,7 @@ def read_k8s(path: Path) -> list[RawService]:
     docs: list[Any] = []
     for file in files:
         try:
-            docs += [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
+            docs += [d for d in yaml.safe_load_all(read_text(file)) if d is not None]
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read it: {exc}", file=str(file)) from None
     out: list[RawService] = []

@@ -25,6 +25,7 @@ from pathlib import Path
 from autotune.errors import ConfigError
 from autotune.hosts import HostSpec
 from autotune.init.model import RawService
+from autotune.yamlio import read_text
 
 _UNIT_DIRS = (
     "/etc/systemd/system",
@@ -297,15 +298,15 @@ def from_unit_file(path: Path) -> RawService:
     """A unit file on this machine, with its drop-ins and environment files."""
     if not path.is_file():
         raise ConfigError(f"{path} is not a file", field="--from-systemd")
-    parts = [f"# {path.resolve()}\n" + path.read_text()]
+    parts = [f"# {path.resolve()}\n" + read_text(path)]
     dropins = path.parent / f"{path.name}.d"
     if dropins.is_dir():
-        parts += [f"# {p.resolve()}\n" + p.read_text() for p in sorted(dropins.glob("*.conf"))]
+        parts += [f"# {p.resolve()}\n" + read_text(p) for p in sorted(dropins.glob("*.conf"))]
     settings = parse_unit("\n".join(parts), path.name)
     files: dict[str, str | None] = {}
     for entry in settings.environment_files:
         env_path = Path(entry.lstrip("-").strip())
-        files[str(env_path)] = env_path.read_text() if env_path.is_file() else None
+        files[str(env_path)] = read_text(env_path) if env_path.is_file() else None
     installed = str(path.resolve().parent) in _UNIT_DIRS
     raw = raw_service(
         settings,

@@ -244,6 +244,28 @@ COMMANDS: dict[str, dict[str, st.SearchStrategy[str | None]]] = {
         "--json": FLAG,
     },
     "space check": {},
+    "init": {
+        "--from-command": st.one_of(
+            TEXT,
+            st.sampled_from(
+                [
+                    "vllm serve m --max-num-seqs 8",
+                    "vllm serve m --max-num-seq 8",
+                    "python -m sglang.launch_server --model-path m --port 0",
+                    "HF_TOKEN=hf_x vllm serve m --api-key $(touch @CANARY)",
+                    "vllm serve 'unterminated",
+                ]
+            ),
+        ),
+        "--from-systemd": IN_PATHS,
+        "--from-compose": IN_PATHS,
+        "--from-k8s": IN_PATHS,
+        "--url": URLS,
+        "--name": WORDS,
+        "--out": OUT_PATHS,
+        "--force": FLAG,
+        "--concurrency": NUMBERS,
+    },
 }
 STRAYS = st.sampled_from(["--bogus", "-x", "--trials", "--help", "--", "-", "extra", "--study="])
 
