@@ -754,9 +754,12 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
     # The fleet plan: one marker per planned configuration, the cheapest a star.
     fleet = block("plot-fleet")
     assert "js-plotly-plot" in fleet[:300] and fleet.count('class="point"') >= 3
-    planned, _ = figure(html, "plot-fleet")
-    assert planned[-1]["marker"]["symbol"].count("star") == 1  # the cheapest
-    assert fleet.count('class="point"') >= len(planned[-1]["x"])
+    planned, layout = figure(html, "plot-fleet")
+    cheapest = planned[-1]
+    assert cheapest["name"] == "the cheapest that meets the target"
+    assert cheapest["marker"]["symbol"] == "star" and len(cheapest["x"]) == 1
+    assert layout["annotations"][0]["text"].startswith("cheapest: ")
+    assert fleet.count('class="point"') >= len(planned[-2]["x"]) + 1
     waterfall = block("plot-explain")
     assert waterfall.count('class="annotation"') == 6 and waterfall.count('class="ytick"') == 6
     assert '<i id="pwned"' not in out
@@ -1046,7 +1049,7 @@ def test_an_importance_the_explanation_contradicts_is_explained_in_words(tmp_pat
         "0: nothing measurable), and the minimal winner drops it"
         in text
     )
-    assert "Both hold: the trials varied most with it" in text
+    assert "Both figures hold: the trials varied most with these levers" in text
     assert MOE + " ranks" not in text  # a change that bought something is not named
 
 

@@ -126,6 +126,11 @@ def print_plan(fleet: Any) -> None:
         f"fleet plan for {s.target_rate:g} req/s + {100 * s.headroom:g}% headroom = "
         f"{fleet.provisioned_rate:g} req/s provisioned (study {fleet.study})"
     )
+    if s.gpu_hour_cost is not None:
+        say(
+            f"price: {s.gpu_hour_cost:g} per GPU-hour (cost/h: the fleet per hour; cost/M tok: "
+            "per million output tokens at the target rate)"
+        )
     say(f"per-replica rate: {fleet.rate_source}")
     if fleet.rows:
         console.print(plan_table(fleet))
@@ -151,23 +156,23 @@ def plan_table(fleet: Any) -> Table:
     priced = fleet.priced
     energy = any(r.energy_per_token_j is not None for r in fleet.rows)
     table = Table(title=f"fleet plan of study {fleet.study}")
+    table.add_column("configuration", no_wrap=True)
     for head in (
-        "configuration",
         "trial",
-        "changes",
-        "req/s per replica (mean)",
+        "levers changed",
+        "req/s (mean)",
         "lower 95%",
         "replicas",
-        "GPUs/replica",
+        "GPUs/rep",
         "GPUs",
-        "req/s per GPU",
+        "req/s/GPU",
     ):
-        table.add_column(head, justify="left" if head == "configuration" else "right")
+        table.add_column(head, justify="right")
     if priced:
-        table.add_column("cost/hour", justify="right")
-        table.add_column("cost / M output tok", justify="right")
+        table.add_column("cost/h", justify="right")
+        table.add_column("cost/M tok", justify="right")
     if energy:
-        table.add_column("J/token", justify="right")
+        table.add_column("J/tok", justify="right")
     for r in fleet.rows:
         label = r.label + (" (cheapest)" if r.cheapest else "")
         cells: list[Text | str] = [

@@ -25,7 +25,8 @@ class FleetRow(BaseModel):
     """The trial that measured it (the minimal winner: the trial it is the minimal form of)."""
     minimal: bool = False
     changes: int | None = None
-    """Levers set away from the baseline's values (``None`` without a baseline)."""
+    """Levers (derived ones included) set away from the baseline's values (``None`` without a
+    baseline); an explanation counts changes, which group levers that go together."""
     deployment: str | None = None
     rate_mean: float
     """Requests/s one replica sustains under the SLOs: the mean over its measurements."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import optuna
@@ -47,6 +48,10 @@ def param_importances(study: optuna.Study) -> dict[str, float]:
     if len(copy.trials) < MIN_IMPORTANCE_TRIALS:
         return {}
     try:
-        return dict(optuna.importance.get_param_importances(copy))
+        with warnings.catch_warnings():
+            # "Some regimes ... have less than 2 trials": said per parameter on stderr by
+            # every `autotune report`; the section says what importances are worth instead.
+            warnings.simplefilter("ignore", UserWarning)
+            return dict(optuna.importance.get_param_importances(copy))
     except (ValueError, RuntimeError, ZeroDivisionError):
         return {}

@@ -89,8 +89,9 @@ def _per_gpu(plan: FleetPlan) -> bool:
 def _figure(plan: FleetPlan) -> go.Figure:
     """Cost per hour (GPUs without a price; replicas without a GPU count) against the
     per-replica rate's lower bound per GPU (per replica without a GPU count): up and to the
-    left costs more for less. The dashed line is what the fleet would cost without rounding
-    up to whole replicas."""
+    left costs more for less; the cheapest is a star, named. The dotted line is what the fleet
+    would cost without rounding up to whole replicas. Every planned configuration meets the
+    target (with enough replicas): the plot shows at what cost."""
     per_gpu, priced = _per_gpu(plan), plan.priced
     xs = [(r.rate_per_gpu if per_gpu else r.rate_lower) or 0.0 for r in plan.rows]
 
@@ -127,24 +128,40 @@ def _figure(plan: FleetPlan) -> go.Figure:
                 hoverinfo="skip",
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=ys,
-            mode="markers+text",
-            name="planned configurations",
-            text=[_pe(f"{r.label} #{r.trial}") for r in plan.rows],
-            textposition="top center",
-            marker={
-                "size": [18 if r.cheapest else 10 for r in plan.rows],
-                "symbol": ["star" if r.cheapest else "circle" for r in plan.rows],
-                "color": ["#2ca02c" if r.cheapest else "#1f77b4" for r in plan.rows],
-                "line": {"width": 1, "color": "#333"},
-            },
-            hovertext=[_hover(r) for r in plan.rows],
-            hoverinfo="text",
+    others = [i for i, r in enumerate(plan.rows) if not r.cheapest]
+    best = [i for i, r in enumerate(plan.rows) if r.cheapest]
+    for group, name, marker in (
+        (others, "planned configurations", {"size": 10, "color": "#1f77b4"}),
+        (best, "the cheapest that meets the target", {"size": 20, "color": "#2ca02c"}),
+    ):
+        if not group:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[i] for i in group],
+                y=[ys[i] for i in group],
+                mode="markers",
+                name=name,
+                marker={
+                    **marker,
+                    "symbol": "star" if group is best else "circle",
+                    "line": {"width": 1, "color": "#333"},
+                },
+                hovertext=[_hover(plan.rows[i]) for i in group],
+                hoverinfo="text",
+            )
         )
-    )
+    for i in best:
+        r = plan.rows[i]
+        fig.add_annotation(
+            x=xs[i],
+            y=ys[i],
+            text=_pe(f"cheapest: {r.label}, trial {r.trial}"),
+            showarrow=True,
+            arrowhead=2,
+            ax=0,
+            ay=-40,
+        )
     fig.update_layout(xaxis_title=x_title, yaxis_title=y_title)
     return fig
 
@@ -171,7 +188,7 @@ def _rows_table(plan: FleetPlan) -> str:
     head = [
         "configuration",
         "trial",
-        "changes",
+        "levers changed",
         "req/s per replica (mean)",
         "lower 95%",
         "replicas",

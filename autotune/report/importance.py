@@ -193,7 +193,7 @@ def _lever_table(levers: Sequence[str], importances: Mapping[str, float], e: Exp
         change = f"{_e(before)} -&gt; {_e(after)}"
         if x.change != lever:
             change += f"<br><i>{_e('changed together: ' + x.change)}</i>"
-        if x.note:
+        if x.note and lever == x.levers[0]:  # said once per change, on its first lever
             change += f"<br><i>{_e(x.note)}</i>"
         contribution = (
             "required: without it the deployment fails"
@@ -208,7 +208,7 @@ def _lever_table(levers: Sequence[str], importances: Mapping[str, float], e: Exp
                 _e(contribution),
                 _e(share),
                 _e(_minimal_word(e, x.change)),
-                _e(_measured(x.without, e.unit)),
+                _e(_short(_measured(x.without, e.unit))),
             ]
         )
     return _table(
@@ -254,9 +254,18 @@ def _disagreements(levers: Sequence[str], importances: Mapping[str, float], e: E
             + (measured or "its revert was not measured")
             + (" (an interval that holds 0: nothing measurable)" if nil else "")
             + (", and the minimal winner drops it" if dropped else "")
-            + ". Both hold: the trials varied most with it (its poor values sank some), while "
-            "at the winner's other settings its value does not matter."
+            + "."
         )
     if not lines:
         return ""
-    return "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>"
+    both = (
+        "Both figures hold: the trials varied most with these levers (their poor values sank "
+        "some trials), while at the winner's other settings their values buy nothing "
+        "measurable."
+    )
+    return "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>" + _note(both)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """A failed run's reason can quote a whole garbled output: the table keeps its start."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -358,10 +358,16 @@ def test_joules_per_token_where_telemetry_was_recorded(tmp_path: Path) -> None:
     out = autotune_cli(
         "plan", "--study", "autotune-test", "--storage", url, "--target-rate", "4", cwd=tmp_path
     ).stdout
-    assert "J/token" in out and "0.4" in out
+    table = out.split("note:")[0]
+    assert "J/tok" in table and "│ 0.4 │" in " ".join(table.split())
     # No trial with energy: the column is absent and the reason said once.
     bare = make_plan(capacity_study(tmp_path / "bare"), PlanSettings(target_rate=4.0), gpus=GPUS)
     assert all(r.energy_per_token_j is None for r in bare.rows)
+    url = f"sqlite:///{tmp_path / 'bare' / 'study.db'}"
+    out = autotune_cli(
+        "plan", "--study", "autotune-test", "--storage", url, "--target-rate", "4", cwd=tmp_path
+    ).stdout
+    assert "J/tok" not in out.split("note:")[0]
     assert sum("No J/token" in n for n in bare.notes) == 1
 
 
