@@ -166,5 +166,8 @@ def test_the_report_draws_the_last_plan(twin: Twin) -> None:
     assert 'id="plot-fleet"' in fleet and "(cheapest)" in fleet
     assert "Cheapest that meets the target" in fleet
     assert "0 (baseline)" in fleet  # not planned, with why
+    start = raw.index('<section id="summary">')
+    summary = raw[start : raw.index("</section>", start)]
+    assert f"cheapest fleet for {TARGET:g} req/s + {100 * HEADROOM:g}%" in summary
     # No curve section is empty, no explanation placeholder (none was asked for).
     assert "No explanation yet" not in raw and "No trial recorded a latency" not in raw
