@@ -289,10 +289,14 @@ class _Builder:
                 + " (no gpus: in a deployment file of that name): GPU and cost figures "
                 "omitted for it; --gpus-per-replica N sets it."
             )
-        elif rows and not s.gpus_per_replica:
+        elif rows and s.gpus_per_replica:
+            notes.append(f"GPUs per replica: {s.gpus_per_replica} (--gpus-per-replica).")
+        elif rows:
             used = {r.deployment or "" for r in rows}
             where = sorted(f"{d}: {n} from {f}" for d, (n, f) in self.gpus.items() if d in used)
-            notes.append("GPUs per replica: the deployment file's gpus: (" + "; ".join(where) + ")")
+            notes.append(
+                "GPUs per replica: the deployment file's gpus: (" + "; ".join(where) + ")."
+            )
         if s.gpu_hour_cost and any(r.cost_per_million_tokens is not None for r in rows):
             notes.append(
                 "Cost per million output tokens: the fleet's cost per hour over the output "

@@ -392,3 +392,5 @@ def test_gpus_unknown_are_said_and_can_be_given(tmp_path: Path) -> None:
     )
     assert [r.gpus for r in given.rows] == [2 * r.replicas for r in given.rows]
     assert given.rows[0].cost_per_hour == pytest.approx(4.0 * given.rows[0].replicas)
+    assert "GPUs per replica: 2 (--gpus-per-replica)." in given.notes
+    assert not any("unknown" in n for n in given.notes)
