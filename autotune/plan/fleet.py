@@ -108,7 +108,11 @@ class _Builder:
         if self.winner is None:
             self.notes.append(
                 "No configuration met the SLOs at any rate measured: nothing can be planned."
+                if any(r.measured for r in self.results)
+                else "No trial was measured yet: nothing can be planned."
             )
+            if self.baseline is not None:  # said with the others' reasons, not left out
+                self._baseline_not_planned(self.baseline)
             return []
         chosen: list[tuple[list[str], ConfigEstimate]] = []
         keys: dict[str, int] = {}
@@ -126,13 +130,7 @@ class _Builder:
             elif base is not None and base.eligible:
                 base_row = (["baseline"], base)
             else:
-                self.unplannable.append(
-                    Unplannable(
-                        label="baseline",
-                        trial=self.baseline.number,
-                        reason=why_not(self.kind, self.baseline, base),
-                    )
-                )
+                self._baseline_not_planned(self.baseline)
         rows = []
         for labels, e in chosen:
             row = self._row(", ".join(labels), e.trial, self._rate(e), e)
@@ -147,6 +145,16 @@ class _Builder:
             if row is not None:
                 rows.append(row)
         return rows
+
+    def _baseline_not_planned(self, baseline: TrialResult) -> None:
+        base = next((e for e in self.estimates if e.trial.number == baseline.number), None)
+        self.unplannable.append(
+            Unplannable(
+                label="baseline",
+                trial=baseline.number,
+                reason=why_not(self.kind, baseline, base),
+            )
+        )
 
     def _row(
         self,
@@ -263,6 +271,10 @@ class _Builder:
     # --- what the plan assumes ------------------------------------------------------------
 
     def _general_notes(self, rows: Sequence[FleetRow]) -> None:
+        """What the planned figures assume and lack, ahead of the other notes; nothing when
+        nothing is planned (the note that says why is the one that matters)."""
+        if not rows:
+            return
         s = self.settings
         notes = [
             f"Replicas = ceil(target x (1 + headroom) / the per-replica rate's lower 95% bound) "

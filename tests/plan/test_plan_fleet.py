@@ -394,3 +394,17 @@ def test_gpus_unknown_are_said_and_can_be_given(tmp_path: Path) -> None:
     assert given.rows[0].cost_per_hour == pytest.approx(4.0 * given.rows[0].replicas)
     assert "GPUs per replica: 2 (--gpus-per-replica)." in given.notes
     assert not any("unknown" in n for n in given.notes)
+
+
+def test_a_study_with_nothing_to_plan_says_why(tmp_path: Path) -> None:
+    empty = make_study(tmp_path / "empty", [])
+    empty.set_metric_names(["capacity_req_s"])
+    plan = make_plan(empty, PlanSettings(target_rate=1.0), gpus=GPUS)
+    assert plan.rows == [] and "No trial was measured yet" in plan.notes[0]
+    none_met = make_study(tmp_path / "none", [])
+    none_met.set_metric_names(["capacity_req_s"])
+    none_met.add_trials([capacity_trial(0.0, BASELINE_PARAMS, baseline=True)])
+    plan = make_plan(none_met, PlanSettings(target_rate=1.0), gpus=GPUS)
+    assert plan.rows == [] and plan.cheapest is None
+    assert "No configuration met the SLOs at any rate measured" in plan.notes[0]
+    assert [u.label for u in plan.unplannable] == ["baseline"]
