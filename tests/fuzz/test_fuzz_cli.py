@@ -244,6 +244,18 @@ COMMANDS: dict[str, dict[str, st.SearchStrategy[str | None]]] = {
         "--json": FLAG,
     },
     "space check": {},
+    "plan": {
+        **SHARED,
+        "--study-file": IN_PATHS,
+        "--target-rate": NUMBERS,
+        "--headroom": st.one_of(NUMBERS, st.sampled_from(["20%", "0%", "-5%", "1e9%", "%", "x%"])),
+        "--gpu-hour-cost": NUMBERS,
+        "--per-replica-rate": NUMBERS,
+        "--gpus-per-replica": NUMBERS,
+        "--top": NUMBERS,
+        "--json": FLAG,
+        "--no-save": FLAG,
+    },
     "init": {
         "--from-command": st.one_of(
             TEXT,
