@@ -20,29 +20,22 @@ def section(data: ReportData) -> str | None:
     fig = go.Figure()
     feasible = [r for r in done if r.feasible]
     infeasible = [r for r in done if not r.feasible]
-    if feasible:
-        fig.add_trace(
-            go.Scatter(
-                x=[r.number for r in feasible],
-                y=[r.throughput for r in feasible],
-                mode="markers",
-                name="feasible",
-                text=[_hover(r, objective.unit) for r in feasible],
-                hoverinfo="text",
+    for group, name, marker in (
+        (feasible, "feasible", None),
+        (infeasible, "infeasible", {"color": "#d62728", "symbol": "x"}),
+    ):
+        if group:
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.number for r in group],
+                    y=[r.throughput for r in group],
+                    mode="markers",
+                    name=name,
+                    marker=marker,
+                    text=[_hover(r, objective.unit) for r in group],
+                    hoverinfo="text",
+                )
             )
-        )
-    if infeasible:
-        fig.add_trace(
-            go.Scatter(
-                x=[r.number for r in infeasible],
-                y=[r.throughput for r in infeasible],
-                mode="markers",
-                name="infeasible",
-                marker={"color": "#d62728", "symbol": "x"},
-                text=[_hover(r, objective.unit) for r in infeasible],
-                hoverinfo="text",
-            )
-        )
     xs, ys, best = [], [], -math.inf
     for r in done:
         if r.feasible and r.throughput is not None:
