@@ -189,7 +189,7 @@ def plan_table(fleet: Any) -> Table:
         if priced:
             cells += [_opt(r.cost_per_hour, "{:,.2f}"), _opt(r.cost_per_million_tokens, "{:,.3f}")]
         if energy:
-            cells.append(_opt(r.energy_per_token_j, "{:.4g}"))
+            cells.append(_opt(r.energy_per_token_j, "{:.3f}"))
         table.add_row(*cells)
     return table
 

@@ -359,7 +359,7 @@ def test_joules_per_token_where_telemetry_was_recorded(tmp_path: Path) -> None:
         "plan", "--study", "autotune-test", "--storage", url, "--target-rate", "4", cwd=tmp_path
     ).stdout
     table = out.split("note:")[0]
-    assert "J/tok" in table and "│ 0.4 │" in " ".join(table.split())
+    assert "J/tok" in table and "│ 0.400 │" in " ".join(table.split())
     # No trial with energy: the column is absent and the reason said once.
     bare = make_plan(capacity_study(tmp_path / "bare"), PlanSettings(target_rate=4.0), gpus=GPUS)
     assert all(r.energy_per_token_j is None for r in bare.rows)
