@@ -23,18 +23,18 @@ service's extra ports (``ports: {bootstrap: auto}``: a second listener, such as 
 ``--disaggregation-bootstrap-port`` or the router's ``--prometheus-port``) are fixed or
 ``auto`` the same way, so two deployments on one machine never share one.
 
-Why one module of ~610 lines: the deployment model and its cross-field checks
-(references, roles, ports, templates) read one file's fields together; rendering
-(:mod:`autotune.render`) and the hosts model (:mod:`autotune.hosts`) are modules of their own.
+Why one module of ~700 lines: the deployment model and its cross-field checks
+(references, roles, ports, templates) read one file's fields together; expanding templates
+(:mod:`autotune.templates`), rendering (:mod:`autotune.render`) and the hosts model
+(:mod:`autotune.hosts`) are modules of their own.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -58,6 +58,8 @@ from autotune.hosts import HostSpec, validate_hosts
 from autotune.pinned_env import PINNED_ENV, pinned_problem
 from autotune.ports import pick_free_ports
 from autotune.specs import ServiceSpec
+from autotune.templates import TEMPLATE_RX as _TEMPLATE_RX
+from autotune.templates import AnyEnviron, expand
 from autotune.yamlio import one_line_errors, read_yaml, validation_error_to_config_error
 
 PORT_AUTO = "auto"
@@ -66,7 +68,6 @@ _HOST_NAME_RX = re.compile(r"[A-Za-z0-9_.-]+")
 _UNIT_RX = re.compile(r"[A-Za-z0-9:_.@\\-]+")
 _UNIT_FILE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 """What a systemd unit file cannot carry in a setting (a tab is escaped, the rest not)."""
-_TEMPLATE_RX = re.compile(r"\$(\$?)\{([^}]*)\}")
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "launchers"
 
 
@@ -418,72 +419,6 @@ class Deployment(BaseModel):
 
 
 # --------------------------------------------------------------------- templates
-ENV_TEMPLATE = "env:"
-"""``${env:VAR}``: a variable of the environment autotune runs in (a credential kept out of
-the file)."""
-
-
-class _AnyEnviron(Mapping[str, str]):
-    """Every variable "set" (to ""): checking a file's templates needs no credential."""
-
-    def __getitem__(self, key: str) -> str:
-        return ""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def expand(
-    text: str,
-    values: Mapping[str, str],
-    *,
-    file: str,
-    field: str,
-    environ: Mapping[str, str] | None = None,
-) -> str:
-    """Replace ``${name}``; unknown names raise ConfigError naming file, field and allowed.
-    ``${env:VAR}`` reads ``environ`` (default: autotune's own environment)."""
-
-    def sub(match: re.Match[str]) -> str:
-        if match.group(1):
-            return "${" + match.group(2) + "}"
-        name = match.group(2).strip()
-        if name.startswith(ENV_TEMPLATE) and name not in values:
-            return _from_environ(name[len(ENV_TEMPLATE) :], environ, file=file, field=field)
-        if name not in values:
-            raise ConfigError(
-                f"unknown template '${{{match.group(2)}}}' in {text!r}",
-                file=file,
-                field=field,
-                allowed=[f"${{{n}}}" for n in sorted(values)],
-            )
-        return values[name]
-
-    return _TEMPLATE_RX.sub(sub, text)
-
-
-def _from_environ(var: str, environ: Mapping[str, str] | None, *, file: str, field: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
-        raise ConfigError(
-            f"'${{env:{var}}}': {var!r} is not an environment variable name", file=file, field=field
-        )
-    env = os.environ if environ is None else environ
-    if var not in env:
-        raise ConfigError(
-            f"'${{env:{var}}}' is read from the environment autotune runs in, and {var} is not "
-            f"set there: export {var} first",
-            file=file,
-            field=field,
-        )
-    return env[var]
-
-
 def _global_names(dep: Deployment) -> dict[str, str]:
     """Placeholder values for every name allowed at the top level (for checking)."""
     names = {"python": "", "deployment": "", "run_dir": "", "sim_speedup": "", "deployment_dir": ""}
@@ -597,7 +532,7 @@ def _check(dep: Deployment) -> None:
                 field=f"{base}.manager",
                 allowed=["systemd"],
             )
-    expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir", environ=_AnyEnviron())
+    expand(dep.run_dir, {"deployment": ""}, file=file, field="run_dir", environ=AnyEnviron())
     for n, s in dep.services.items():
         for i, d in enumerate(s.depends_on):
             if d not in dep.services or d == n:
@@ -632,7 +567,7 @@ def _check(dep: Deployment) -> None:
         if service is not None:
             values.update({"service": "", "host": "", "port": ""})
             values.update({f"ports.{k}": "" for k in dep.services[service].ports})
-        expand(text, values, file=file, field=field, environ=_AnyEnviron())
+        expand(text, values, file=file, field=field, environ=AnyEnviron())
         if field == "endpoint" or field.endswith((".health.url", ".info_url", ".metrics_url")):
             _check_url(text, file=file, field=field)
 

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Protocol
 
 from autotune.cpus import format_cpu_list
-from autotune.deployment import Deployment, expand
+from autotune.deployment import Deployment
 from autotune.errors import ConfigError
 from autotune.pinned_env import PINNED_ENV
 from autotune.space.settings import ServiceSettings
 from autotune.specs import ServiceSpec
+from autotune.templates import expand
 from autotune.yamlio import one_line_errors
 
 
@@ -265,4 +266,3 @@ def _check_unit_file_values(spec: ServiceSpec, *, file: str) -> None:
                 file=file,
                 field=f"services.{spec.name}.{where}",
             )
-

@@ -7,7 +7,7 @@ the rules every other output of autotune follows (:mod:`autotune.secrets`: ``HF_
 name them (:func:`autotune.export.credentials.split_service`: ``--api-key``'s value travels
 as ``AUTOTUNE_SECRET_API_KEY``), so a winner exported and imported again keeps its names.
 
-What the deployment writes instead is ``${env:VAR}`` (:func:`autotune.deployment.expand`):
+What the deployment writes instead is ``${env:VAR}`` (:func:`autotune.templates.expand`):
 read from the environment ``autotune run`` starts in, when the services are rendered, and an
 error naming ``VAR`` when it is unset. A service that stays a systemd unit
 (``--from-systemd``) needs no reference for a variable: the unit's own ``Environment=`` and
