@@ -71,6 +71,12 @@
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check watch 420
 #   the winner by both clients on one fresh start:
 #     MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models agreement watch 420
+#   a CUDA-graph capture out of memory (its log for tests/engines/data/vllm-0.26.0/):
+#     FAILURES=scripts/h200/failures-vllm-0.26.0-capture.txt \
+#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models failures
+#   the MoE model: the same arms with STUDY=vllm-h200-moe (TPE: start), vllm-h200-moe-random
+#     (budget), vllm-h200-moe-check (check) and MODELS=h200-moe:/tmp/autotune-moe; the
+#     sweep with STUDY=vllm-h200-moe.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
