@@ -212,6 +212,15 @@ def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
     return [row]
 
 
+def _label(study: optuna.Study, number: int) -> str:
+    """A queued configuration's name; a retry (the machine went back mid-trial) is named by the
+    trial it retried: studies measured before the retry carried the name had none of their own."""
+    attrs = study.trials[number].user_attrs
+    while "label" not in attrs and "retry_of" in attrs:
+        attrs = study.trials[int(attrs["retry_of"])].user_attrs
+    return str(attrs.get("label") or "?")
+
+
 def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     """Defaults x3, hand-picked and the winner re-measured, from the check study."""
     labels = ("vLLM defaults, 3 fresh starts", "hand-picked (DOMAIN.md §8b)", "winner re-measured")
@@ -221,8 +230,7 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     baseline = _baseline_params(name)
     by_label: dict[str, ConfigEstimate] = {}
     for est in config_estimates(study):
-        attrs = study.trials[est.trial.number].user_attrs
-        label = "default" if est.trial.is_baseline else str(attrs.get("label") or "?")
+        label = "default" if est.trial.is_baseline else _label(study, est.trial.number)
         by_label[label] = est
     counts = autotune_counts(f"sqlite:///{db}", name)
     remeasured: dict[int, int] = {}

@@ -115,16 +115,25 @@ def _row(lines: list[str], arm: str) -> list[str]:
 
 def test_the_reader_on_the_stored_h200_studies() -> None:
     lines = _reader().report(DENSE, 20)
-    assert "against the tuning studies' baselines (n=2)" in lines[2] and "4,314.0" in lines[2]
+    assert "against the check study's defaults, 3 fresh starts, 4,403.8 tok/s" in lines[2]
     tpe = _row(lines, "autotune, TPE")
     assert tpe[1] == "20 (18 trials + 2 re-measured)"
     assert tpe[2].startswith("#21: cudagraph_mode=FULL") and "quantization=fp8" in tpe[2]
     assert tpe[3] == "5,757.4 (n=2: 5,821.8, 5,693.0)"
     assert tpe[4] == "0.111 (n=2)"
-    assert tpe[5].startswith("+33.5% (95% CI")
+    assert tpe[5].startswith("+30.7% (95% CI")
     random = _row(lines, "random search")
     assert random[1].startswith("3 (3 trials + 0 re-measured); in progress: 3 of 20")
-    for arm in ("`vllm bench sweep serve`", "vLLM defaults, 3", "hand-picked", "winner re-"):
+    defaults = _row(lines, "vLLM defaults, 3")
+    assert defaults[3] == "4,403.8 (n=3: 4,226.1, 4,483.0, 4,502.4)"
+    hand = _row(lines, "hand-picked")
+    assert hand[1] == "3" and hand[3] == "5,624.5 (n=3: 5,211.2, 5,815.6, 5,846.6)"
+    # The winner's first run was cut when the machine went back; its retry (#3) carried no
+    # label then and is found through the trial it retried.
+    winner = _row(lines, "winner re-measured (winner #21)")
+    assert winner[1] == "3" and winner[3] == "5,770.5 (n=3: 5,722.6, 5,677.7, 5,911.4)"
+    assert winner[5].startswith("+31.0% (95% CI +22.8")
+    for arm in ("`vllm bench sweep serve`", "winner, one fresh start"):
         assert _row(lines, arm)[3] == "not run yet"
 
 

@@ -29,6 +29,12 @@ from autotune.trial.record import MEASURED_PHASES, TrialOutcome
 _T = TypeVar("_T")
 
 
+RETRIED_ATTRS = ("is_baseline", "label")
+"""The attributes a trial is enqueued with that say what it is (the baseline; a named
+configuration such as a check study's "hand-picked" or "winner #21"): its retry carries them,
+so that a configuration cut by a crash is still found under its name once measured."""
+
+
 @dataclass
 class StudyContext:
     study: optuna.Study
@@ -76,9 +82,10 @@ class StudyContext:
         trials = self.study.get_trials(deepcopy=False)
         if any(t.user_attrs.get("retry_of") == number for t in trials):
             return
-        attrs = {"retry_of": number}
-        if frozen.user_attrs.get("is_baseline"):
-            attrs["is_baseline"] = True
+        attrs: dict[str, object] = {"retry_of": number}
+        for key in RETRIED_ATTRS:  # what it was enqueued as goes with its config
+            if frozen.user_attrs.get(key):
+                attrs[key] = frozen.user_attrs[key]
         self.study.enqueue_trial(params, user_attrs=attrs)
         failpoint("retry.enqueued")
 
