@@ -267,9 +267,8 @@ def render_space(path: Path, tmp: Path) -> SpaceRun:
     return SpaceRun(space, space.engine_ref("server").version or "", commands)
 
 
-def _parse_all(engine_envs: Any, run: SpaceRun) -> None:
-    """One dump_parser.py call for the space's commands and its controls."""
-    dests = sorted({e.dest for e in EXPECTED[run.space.name].values()} | {"dtype", "block_size"})
+def _argvs(run: SpaceRun) -> tuple[list[list[str]], Callable[[list[Any]], None]]:
+    """The space's distinct commands and its controls, and how their verdicts are put back."""
     base = run.commands[0].options  # the baseline on the test deployment
     controls = {
         "dtype float8": [*base, "--dtype", "float8"],
@@ -279,23 +278,46 @@ def _parse_all(engine_envs: Any, run: SpaceRun) -> None:
     for command in run.commands:
         unique.setdefault(tuple(command.options), []).append(command)
     argvs = [list(k) for k in unique] + list(controls.values())
-    python = engine_envs.ensure("vllm", run.version)
-    verdicts = engine_envs.run_dumper(python, "parse", "vllm", {"commands": argvs, "values": dests})
-    assert len(verdicts) == len(argvs)
-    for alike, verdict in zip(unique.values(), verdicts, strict=False):
-        for command in alike:
-            command.verdict = verdict
-    run.controls = dict(zip(controls, verdicts[len(unique) :], strict=True))
+
+    def put(verdicts: list[Any]) -> None:
+        assert len(verdicts) == len(argvs)
+        for alike, verdict in zip(unique.values(), verdicts, strict=False):
+            for command in alike:
+                command.verdict = verdict
+        run.controls = dict(zip(controls, verdicts[len(unique) :], strict=True))
+
+    return argvs, put
+
+
+def _parse_all(engine_envs: Any, runs: list[SpaceRun]) -> None:
+    """One dump_parser.py call per vLLM release for all its spaces' commands and controls (the
+    three 0.26.0 spaces share one: each call imports vLLM, seconds on busy cores)."""
+    by_version: dict[str, list[SpaceRun]] = {}
+    for run in runs:
+        by_version.setdefault(run.version, []).append(run)
+    for version, alike in by_version.items():
+        dests = sorted(
+            {e.dest for run in alike for e in EXPECTED[run.space.name].values()}
+            | {"dtype", "block_size"}
+        )
+        parts = [_argvs(run) for run in alike]
+        argvs = [argv for part, _ in parts for argv in part]
+        python = engine_envs.ensure("vllm", version)
+        verdicts = engine_envs.run_dumper(
+            python, "parse", "vllm", {"commands": argvs, "values": dests}
+        )
+        assert len(verdicts) == len(argvs)
+        at = 0
+        for part, put in parts:
+            put(verdicts[at : at + len(part)])
+            at += len(part)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> dict[str, SpaceRun]:
-    out = {}
-    for path in SPACES:
-        run = render_space(path, tmp_path_factory.mktemp(path.stem))
-        _parse_all(engine_envs, run)
-        out[run.space.name] = run
-    return out
+    rendered = [render_space(path, tmp_path_factory.mktemp(path.stem)) for path in SPACES]
+    _parse_all(engine_envs, rendered)
+    return {run.space.name: run for run in rendered}
 
 
 # --------------------------------------------------------------------------- tests
