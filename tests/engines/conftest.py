@@ -66,6 +66,21 @@ def _build_lock(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def one_vllm_cpu_at_a_time() -> Iterator[None]:
+    """The real-vLLM tests' studies take turns (the study of test_vllm_real.py, the imported
+    command of tests/init): vllm-cpu spreads its OpenMP threads over every core, so two servers
+    on 2 cores slowed each 3x (the import test's two trials: 145 s alone, 495 s beside the
+    other in a clean-clone run), and the other workers' tests with them."""
+    ENGINES_DIR.mkdir(parents=True, exist_ok=True)
+    with open(ENGINES_DIR / ".vllm-cpu-serving.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 

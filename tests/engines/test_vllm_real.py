@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
 
 from autotune.results import feasible
+from engines.conftest import one_vllm_cpu_at_a_time
 
 pytestmark = pytest.mark.slow
 
@@ -48,19 +49,20 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
     engine_envs.build_model(python, MODEL)
     cwd = tmp_path_factory.mktemp("vllm-run")
     db = cwd / "vllm.db"
-    run = autotune_cli(
-        "run",
-        "--study-file",
-        str(STUDY_FILE),
-        "--study",
-        "vllm",
-        "--storage",
-        f"sqlite:///{db}",
-        "--trials",
-        str(TRIALS),
-        cwd=cwd,
-        timeout=RUN_TIMEOUT_S,
-    )
+    with one_vllm_cpu_at_a_time():
+        run = autotune_cli(
+            "run",
+            "--study-file",
+            str(STUDY_FILE),
+            "--study",
+            "vllm",
+            "--storage",
+            f"sqlite:///{db}",
+            "--trials",
+            str(TRIALS),
+            cwd=cwd,
+            timeout=RUN_TIMEOUT_S,
+        )
     return Tuned(cwd=cwd, db=db, run=run)
 
 

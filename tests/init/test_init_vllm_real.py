@@ -21,7 +21,7 @@ import pytest
 import yaml
 from e2e_helpers import autotune_cli, load
 from engine_cpu import skip_unless_kernels_run
-from engines.conftest import build_model, ensure_engine
+from engines.conftest import build_model, ensure_engine, one_vllm_cpu_at_a_time
 from init_helpers import REPO, free_port
 from optuna.trial import TrialState
 
@@ -74,15 +74,16 @@ def test_a_vllm_serve_command_line_is_imported_and_tuned(tmp_path: Path) -> None
     assert "kv_cache_space_gib" in space["parameters"]  # a CPU build's lever
 
     db = tmp_path / "vllm.db"
-    autotune_cli(
-        "run",
-        "--study", "vllm-imported",
-        "--study-file", str(out / "studies" / "vllm-imported.yaml"),
-        "--storage", f"sqlite:///{db}",
-        "--trials", str(TRIALS), "--seed", "3",
-        cwd=tmp_path,
-        timeout=RUN_TIMEOUT_S,
-    )  # fmt: skip
+    with one_vllm_cpu_at_a_time():
+        autotune_cli(
+            "run",
+            "--study", "vllm-imported",
+            "--study-file", str(out / "studies" / "vllm-imported.yaml"),
+            "--storage", f"sqlite:///{db}",
+            "--trials", str(TRIALS), "--seed", "3",
+            cwd=tmp_path,
+            timeout=RUN_TIMEOUT_S,
+        )  # fmt: skip
     trials = load("vllm-imported", db).get_trials()
     assert [t.state for t in trials[:TRIALS]] == [TrialState.COMPLETE] * TRIALS
     base = trials[0].user_attrs
