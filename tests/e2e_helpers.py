@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Self
 
 import optuna
 
@@ -66,6 +67,21 @@ class TunedStudy:
 
     def __init__(self, cwd: Path, db: Path, run: subprocess.CompletedProcess[str]) -> None:
         self.cwd, self.db, self.run = cwd, db, run
+
+    @classmethod
+    def tune(cls, cwd: Path, study_file: Path, trials: int, timeout: float) -> Self:
+        """``autotune run --trials TRIALS`` of ``study_file`` in ``cwd``, into ``cwd/STUDY.db``."""
+        db = cwd / f"{cls.study}.db"
+        run = autotune_cli(
+            "run",
+            "--study-file", str(study_file),
+            "--study", cls.study,
+            "--storage", f"sqlite:///{db}",
+            "--trials", str(trials),
+            cwd=cwd,
+            timeout=timeout,
+        )  # fmt: skip
+        return cls(cwd=cwd, db=db, run=run)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return autotune_cli(

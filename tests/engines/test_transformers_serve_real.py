@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 import pytest
-from e2e_helpers import REPO, TunedStudy, autotune_cli, load
+from e2e_helpers import REPO, TunedStudy, load
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
 
@@ -75,21 +75,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
     python = engine_envs.ensure(*ENGINE)
     engine_envs.build_model(python, MODEL)
     cwd = tmp_path_factory.mktemp("transformers-serve-run")
-    db = cwd / "transformers-serve.db"
-    run = autotune_cli(
-        "run",
-        "--study-file",
-        str(STUDY_FILE),
-        "--study",
-        STUDY,
-        "--storage",
-        f"sqlite:///{db}",
-        "--trials",
-        str(TRIALS),
-        cwd=cwd,
-        timeout=RUN_TIMEOUT_S,
-    )
-    return Tuned(cwd=cwd, db=db, run=run)
+    return Tuned.tune(cwd, STUDY_FILE, TRIALS, RUN_TIMEOUT_S)
 
 
 def _command(attrs: dict[str, Any]) -> str:

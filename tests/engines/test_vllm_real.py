@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 import pytest
-from e2e_helpers import REPO, TunedStudy, autotune_cli, load
+from e2e_helpers import REPO, TunedStudy, load
 from engine_cpu import skip_unless_kernels_run
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
@@ -48,22 +48,8 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, engine_envs: Any) -> Tuned:
     skip_unless_kernels_run(python)
     engine_envs.build_model(python, MODEL)
     cwd = tmp_path_factory.mktemp("vllm-run")
-    db = cwd / "vllm.db"
     with one_vllm_cpu_at_a_time():
-        run = autotune_cli(
-            "run",
-            "--study-file",
-            str(STUDY_FILE),
-            "--study",
-            "vllm",
-            "--storage",
-            f"sqlite:///{db}",
-            "--trials",
-            str(TRIALS),
-            cwd=cwd,
-            timeout=RUN_TIMEOUT_S,
-        )
-    return Tuned(cwd=cwd, db=db, run=run)
+        return Tuned.tune(cwd, STUDY_FILE, TRIALS, RUN_TIMEOUT_S)
 
 
 def _attrs(tuned: Tuned) -> list[dict[str, Any]]:
