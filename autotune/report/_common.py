@@ -10,7 +10,7 @@ text, so a planted ``</script>`` cannot end a script block in any section.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import optuna
@@ -120,6 +120,42 @@ def _hover(r: TrialResult, unit: str = "tok/s") -> str:
         violated = [k for k, v in r.constraints.items() if v > 0 and not k.isdigit()]
         lines.append("violated: " + ", ".join(violated))
     return "<br>".join(_e(line) for line in lines)
+
+
+INFEASIBLE_MARKER = {"color": "#d62728", "symbol": "x"}
+
+
+def _feasibility_traces(
+    fig: go.Figure,
+    rows: Sequence[TrialResult],
+    xy: Callable[[TrialResult], tuple[object, object]],
+    unit: str,
+    *,
+    feasible: tuple[str, dict[str, object] | None] = ("feasible", None),
+    infeasible: str = "infeasible",
+) -> list[TrialResult]:
+    """The trials as two marker traces, feasible and infeasible (a red x), each with the trial's
+    hover text, as every scatter of the report draws them; returns the feasible ones."""
+    ok = [r for r in rows if r.feasible]
+    groups = (
+        (ok, *feasible),
+        ([r for r in rows if not r.feasible], infeasible, INFEASIBLE_MARKER),
+    )
+    for group, name, marker in groups:
+        if group:
+            points = [xy(r) for r in group]
+            fig.add_trace(
+                go.Scatter(
+                    x=[x for x, _ in points],
+                    y=[y for _, y in points],
+                    mode="markers",
+                    name=name,
+                    marker=marker,
+                    text=[_hover(r, unit) for r in group],
+                    hoverinfo="text",
+                )
+            )
+    return ok
 
 
 def _plot(fig: go.Figure, div_id: str, *, height: int | None = None) -> str:

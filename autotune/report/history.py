@@ -7,7 +7,7 @@ import math
 
 import plotly.graph_objects as go
 
-from autotune.report._common import _hover, _plot, _section_open
+from autotune.report._common import _feasibility_traces, _plot, _section_open
 from autotune.report._data import ReportData
 
 
@@ -18,24 +18,7 @@ def section(data: ReportData) -> str | None:
         return None
     head = _section_open("history", "Optimization history")
     fig = go.Figure()
-    feasible = [r for r in done if r.feasible]
-    infeasible = [r for r in done if not r.feasible]
-    for group, name, marker in (
-        (feasible, "feasible", None),
-        (infeasible, "infeasible", {"color": "#d62728", "symbol": "x"}),
-    ):
-        if group:
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.number for r in group],
-                    y=[r.throughput for r in group],
-                    mode="markers",
-                    name=name,
-                    marker=marker,
-                    text=[_hover(r, objective.unit) for r in group],
-                    hoverinfo="text",
-                )
-            )
+    _feasibility_traces(fig, done, lambda r: (r.number, r.throughput), objective.unit)
     xs, ys, best = [], [], -math.inf
     for r in done:
         if r.feasible and r.throughput is not None:

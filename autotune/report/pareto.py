@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from autotune.report._common import _front, _hover, _note, _plot, _section_open
+from autotune.report._common import _feasibility_traces, _front, _note, _plot, _section_open
 from autotune.report._data import ReportData
 
 
@@ -16,24 +16,14 @@ def section(data: ReportData) -> str | None:
         return None
     head = _section_open("pareto", f"{objective.title} vs TPOT p99 (Pareto front)")
     fig = go.Figure()
-    feasible = [r for r in points if r.feasible]
-    infeasible = [r for r in points if not r.feasible]
-    for group, name, marker in (
-        (feasible, "feasible", {"color": "#1f77b4", "size": 9}),
-        (infeasible, "infeasible (constraint violated)", {"color": "#d62728", "symbol": "x"}),
-    ):
-        if group:
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.throughput for r in group],
-                    y=[r.tpot_p99_ms for r in group],
-                    mode="markers",
-                    name=name,
-                    marker=marker,
-                    text=[_hover(r, objective.unit) for r in group],
-                    hoverinfo="text",
-                )
-            )
+    feasible = _feasibility_traces(
+        fig,
+        points,
+        lambda r: (r.throughput, r.tpot_p99_ms),
+        objective.unit,
+        feasible=("feasible", {"color": "#1f77b4", "size": 9}),
+        infeasible="infeasible (constraint violated)",
+    )
     front = _front(feasible)
     if front:
         fig.add_trace(
