@@ -31,9 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The longest files, longest first (their time in a clean-clone `make test` beside the rest of
-# the suite, 2026-12-04: 441 s, 289 s, 280 s, 146 s, 125 s, 98 s, 81 s). Longest-first keeps
-# the run from ending on one of them alone while the other workers idle.
-# The second real-vLLM file comes a few files later: it waits for the first's study anyway
+# the suite, 2026-12-04: 388 s, 262 s, 219 s, 56 s a test, 48 s, 334 s with its wait, 28 s a
+# test), so that the run does not end on one of them alone while the other workers idle. The
+# second real-vLLM file comes a few files later: it waits for the first's study anyway
 # (tests/engines/conftest.py, one_vllm_cpu_at_a_time), and meanwhile its worker runs others.
 LONGEST_FILES = (
     "engines/test_vllm_real.py",

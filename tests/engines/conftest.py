@@ -55,10 +55,10 @@ def built_python(engine: str, version: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def _build_lock(target: Path) -> Iterator[None]:
-    """One build per environment at a time (test-deps.sh takes the same lock with flock)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as handle:
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """Held by one process at a time, across xdist workers (an flock on ``lock_file``)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -66,19 +66,17 @@ def _build_lock(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-@contextlib.contextmanager
-def one_vllm_cpu_at_a_time() -> Iterator[None]:
+def _build_lock(target: Path) -> contextlib.AbstractContextManager[None]:
+    """One build per environment at a time (test-deps.sh takes the same lock with flock)."""
+    return _exclusive(target.parent / f"{target.name}.lock")
+
+
+def one_vllm_cpu_at_a_time() -> contextlib.AbstractContextManager[None]:
     """The real-vLLM tests' studies take turns (the study of test_vllm_real.py, the imported
     command of tests/init): vllm-cpu spreads its OpenMP threads over every core, so two servers
     on 2 cores slowed each 3x (the import test's two trials: 145 s alone, 495 s beside the
     other in a clean-clone run), and the other workers' tests with them."""
-    ENGINES_DIR.mkdir(parents=True, exist_ok=True)
-    with open(ENGINES_DIR / ".vllm-cpu-serving.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return _exclusive(ENGINES_DIR / ".vllm-cpu-serving.lock")
 
 
 def _tail(text: str, lines: int = 25) -> str:
@@ -173,18 +171,13 @@ def build_model(python: Path, out: Path) -> None:
     model is there), one build at a time: the real-engine tests of vLLM and transformers serve
     build the same directory from parallel xdist workers, and two builds at once remove each
     other's half-written files."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.tests.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            proc = subprocess.run(
-                [str(python), str(BUILD_MODEL), "--out", str(out)],
-                capture_output=True,
-                text=True,
-                timeout=MODEL_BUILD_TIMEOUT_S,
-            )
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _exclusive(out.parent / f".{out.name}.tests.lock"):
+        proc = subprocess.run(
+            [str(python), str(BUILD_MODEL), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=MODEL_BUILD_TIMEOUT_S,
+        )
     if proc.returncode != 0:
         pytest.fail(
             f"building the model at {out} with {python} failed:\n{_tail(proc.stderr, 40)}",

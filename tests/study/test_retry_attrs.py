@@ -13,9 +13,11 @@ from autotune.study.context import StudyContext
 
 
 def _study_with_running(user_attrs: dict[str, object]) -> tuple[optuna.Study, int]:
+    """A study whose trial, enqueued with ``user_attrs``, runs (as one cut by a crash)."""
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
     study.enqueue_trial({"x": 3}, user_attrs=user_attrs)
     trial = study.ask({"x": optuna.distributions.IntDistribution(0, 9)})
+    trial.set_user_attr("failure", "interrupted")  # written while it ran: not carried
     return study, trial.number
 
 
@@ -34,7 +36,6 @@ def test_a_named_configuration_is_retried_under_its_name() -> None:
 
 def test_the_baseline_is_retried_as_the_baseline_and_nothing_else_is_carried() -> None:
     study, number = _study_with_running({"is_baseline": True})
-    study._storage.set_trial_user_attr(study.trials[number]._trial_id, "failure", "interrupted")
     waiting = _retry(study, number)
     assert waiting.user_attrs == {"retry_of": number, "is_baseline": True}
 
