@@ -27,7 +27,7 @@ from autotune.cli._common import (
     storage_url,
     study_file_path,
 )
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 
 
 @friendly
@@ -61,6 +61,23 @@ def explain(
     budget: int | None = typer.Option(
         None, "--budget", min=1, help="At most this many restarts (default: what it needs)."
     ),
+    runs_from: str | None = typer.Option(
+        None,
+        "--runs-from",
+        help="Borrow first the fresh-start measurements of this study (a check study of the "
+        "same space, deployment and load): configurations it measured enough are not "
+        "measured again. Stored: borrowing again adds only what is new.",
+    ),
+    runs_from_storage: str | None = typer.Option(
+        None,
+        "--runs-from-storage",
+        help="Storage URL of --runs-from (default sqlite:///studies/THAT.db).",
+    ),
+    runs_from_file: Path | None = typer.Option(
+        None,
+        "--runs-from-file",
+        help="Study definition of --runs-from (default studies/THAT.yaml).",
+    ),
     show: bool = typer.Option(
         False, "--show", help="Print the stored explanation; measure nothing."
     ),
@@ -76,6 +93,7 @@ def explain(
 
     from autotune.explain import ExplainSettings, load_explanation, load_runs
     from autotune.study.definition import load_study_definition
+    from autotune.study.explainer import RunSource
     from autotune.study.progress import make_progress
     from autotune.study.runner import Tuner
 
@@ -108,18 +126,32 @@ def explain(
     try:
         settings = ExplainSettings.model_validate(merged)
     except ValidationError as exc:
-        from autotune.errors import ConfigError
         from autotune.yamlio import validation_error_to_config_error
 
         err = validation_error_to_config_error(exc, file=None, model=ExplainSettings)
         raise ConfigError(err.message, field="--max-repeats") from None
     open_existing(study, storage)  # the study must exist: explain never creates one
     url = storage_url(study, storage)
+    sources = []
+    if runs_from is not None:
+        check_study(runs_from)
+        sources.append(
+            RunSource(
+                study=open_existing(runs_from, runs_from_storage),
+                definition=load_study_definition(study_file_path(runs_from, runs_from_file)),
+            )
+        )
+    elif runs_from_storage is not None or runs_from_file is not None:
+        raise ConfigError(
+            "--runs-from-storage and --runs-from-file say where the study named by --runs-from "
+            "is: give --runs-from STUDY",
+            field="--runs-from",
+        )
     progress = make_progress(quiet=quiet)
     try:
         tuner = Tuner(definition=definition, study_name=study, storage_url=url, progress=progress)
         progress.message(f"study {study!r} on {shown(url)}")
-        result, summary = tuner.explain(settings)
+        result, summary = tuner.explain(settings, sources)
     finally:
         progress.close()
     if summary.interrupted:
@@ -187,7 +219,9 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
     console.print(
         Text(
             f"trial #{e.winner}: {_mean(e.winner_measured)} {unit}; baseline "
-            f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs{energy}"
+            f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs"
+            + (f" + {e.borrowed} borrowed" if e.borrowed else "")
+            + energy
             + ("" if e.complete else f" (incomplete: {e.stopped or 'not finished'})")
         )
     )

@@ -496,6 +496,7 @@ class Planner:
             path=path,
             minimal=minimal,
             runs=state.runs,
+            borrowed=sum(1 for rs in runs.values() for r in rs if r.source is not None),
             complete=complete or not self.changes.changes,
             stopped=stopped,
         )

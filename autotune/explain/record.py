@@ -58,6 +58,9 @@ class ExplainRun(BaseModel):
     """A capacity search's result (its bracket is the value's resolution)."""
     telemetry: Telemetry | None = None
     """The GPUs over the run's measured phase (power, J/token), when they were measured."""
+    source: str | None = None
+    """Where a borrowed run was measured (``STUDY#N``: that study's trial N, ``STUDY#N/R``:
+    its re-measurement R; :mod:`autotune.explain.borrowed`); None: by this explanation."""
 
     @property
     def value(self) -> float | None:
@@ -191,6 +194,9 @@ class Explanation(BaseModel):
     path: list[PathStep] = Field(default_factory=list)
     minimal: Minimal | None = None
     runs: int = 0
+    """Runs this explanation measured (its budget counts them)."""
+    borrowed: int = 0
+    """Runs of its configurations borrowed from other studies (``--runs-from``)."""
     complete: bool = False
     stopped: str | None = None
     """Why the explanation stopped before the end (the budget), None when complete."""

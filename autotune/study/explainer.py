@@ -13,8 +13,12 @@ is written as ``explain:result`` at the end, and after every decision, so ``repo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import optuna
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.explain import (
@@ -30,14 +34,61 @@ from autotune.explain import (
     load_runs,
     load_state,
 )
+from autotune.explain.borrowed import Borrowed, borrowable_runs
 from autotune.explain.record import RESULT_ATTR, STATE_ATTR, run_key
 from autotune.results import best_estimate, objective_label
+from autotune.study._optuna_compat import trial_by_number
 from autotune.study.context import StudyContext, close_phases
+from autotune.study.definition import StudyDefinition
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.record import redact_record
 from autotune.trial import TrialOutcome, TrialPipeline
 
 Report = Callable[[int, TrialOutcome, float], None]
+
+SAME_CONDITIONS: tuple[str, ...] = ("objective", "load", "slo", "capacity", "curve")
+"""Study fields that decide what a measurement measures, beside the space and deployment
+files (compared as validated models)."""
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """A study whose fresh-start measurements an explanation borrows (``--runs-from``)."""
+
+    study: optuna.Study
+    definition: StudyDefinition
+
+
+def check_same_conditions(this: StudyDefinition, other: StudyDefinition) -> None:
+    """ConfigError naming ``other``'s file and the first field whose measurement conditions
+    differ from ``this`` study's (:mod:`autotune.explain.borrowed`)."""
+    where = str(other.source) if other.source else other.name
+    for name in ("space", "deployment"):
+        mine, theirs = this.resolve(getattr(this, name)), other.resolve(getattr(other, name))
+        if _content(mine, where, name) != _content(theirs, where, name):
+            raise ConfigError(
+                f"study {other.name!r} was measured with {theirs}, study {this.name!r} with "
+                f"{mine}, and the files differ: its runs are not runs of these configurations",
+                file=where,
+                field=name,
+            )
+    for name in SAME_CONDITIONS:
+        if getattr(this, name) != getattr(other, name):
+            raise ConfigError(
+                f"study {other.name!r} was measured under another {name} than study "
+                f"{this.name!r}: its runs are not comparable",
+                file=where,
+                field=name,
+            )
+
+
+def _content(path: Path, where: str, name: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}", file=where, field=name
+        ) from None
 
 
 class Explainer:
@@ -75,9 +126,43 @@ class Explainer:
             prior_noise=(estimate.noise_sd, estimate.noise_df),
         )
 
-    def run(self, settings: ExplainSettings) -> Explanation:
+    def borrow(self, sources: Sequence[RunSource], winner_trial: int) -> list[Borrowed]:
+        """Store the measurements ``sources`` offer (:mod:`autotune.explain.borrowed`) as
+        runs of their configurations, each after the runs of its configuration already
+        stored; one borrowed before (same origin) is not stored twice."""
+        ctx = self.ctx
+        runs = load_runs(ctx.study)
+        have = {r.source for rs in runs.values() for r in rs if r.source is not None}
+        winner = trial_by_number(ctx.study, winner_trial)
+        versions = dict(winner.user_attrs.get("engine_version") or {})
+        out = []
+        for src in sources:
+            if src.study.study_name == ctx.study.study_name:
+                raise ConfigError(
+                    f"study {ctx.study.study_name!r} cannot borrow its own trials: they chose "
+                    "the winner, so the winner's figure among them is the highest of many "
+                    "noisy ones; borrow from a study that measured it afterwards (a check study)",
+                    field="--runs-from",
+                )
+            check_same_conditions(ctx.definition, src.definition)
+            offered = borrowable_runs(src.study, space=ctx.space, engine_version=versions)
+            new = [r for r in offered.runs if r.source not in have]
+            for run in new:
+                stored = runs.setdefault(run.key, [])
+                run = run.model_copy(update={"index": len(stored)})
+                self._store(run_key(run.key, run.index), run.model_dump(mode="json"))
+                stored.append(run)
+                have.add(run.source or "")
+            offered.runs = new
+            ctx.progress.message(f"borrowed {offered.summary()}")
+            out.append(offered)
+        return out
+
+    def run(self, settings: ExplainSettings, sources: Sequence[RunSource] = ()) -> Explanation:
         ctx = self.ctx
         planner = self.planner(settings)
+        if sources:
+            self.borrow(sources, planner.winner_number)
         state = load_state(ctx.study)
         if state is None or (state.winner, state.winner_key) != (
             planner.winner_number,

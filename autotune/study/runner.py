@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +47,7 @@ from autotune.study.abort import AbortPolicy, make_abort_policy
 from autotune.study.claims import BASELINE_CLAIM, ClaimedElsewhere, claim, claim_config
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.definition import StudyDefinition, WarmStartSettings
-from autotune.study.explainer import Explainer
+from autotune.study.explainer import Explainer, RunSource
 from autotune.study.hints import Hints
 from autotune.study.interrupts import INTERRUPT_PENDING, deferred_interrupts, sigterm_as_interrupt
 from autotune.study.journal import Journal
@@ -446,11 +446,14 @@ class Tuner:
         p = self.pipeline
         render(p.space, p.deployment, p.space.baseline_config(), run_dir=p.run_dir)
 
-    def explain(self, settings: ExplainSettings) -> tuple[Explanation | None, RunSummary]:
-        """Explain the study's winner (``autotune explain``): resumes a stopped explanation."""
+    def explain(
+        self, settings: ExplainSettings, sources: Sequence[RunSource] = ()
+    ) -> tuple[Explanation | None, RunSummary]:
+        """Explain the study's winner (``autotune explain``): resumes a stopped explanation;
+        ``sources``: studies whose fresh-start measurements it borrows first."""
         self.explainer.measured = 0
         result, summary = self._session(
-            lambda: self.explainer.run(settings), started=time.monotonic()
+            lambda: self.explainer.run(settings, sources), started=time.monotonic()
         )
         summary.in_remeasure = summary.interrupted
         return result, summary
