@@ -74,6 +74,13 @@
 #   a CUDA-graph capture out of memory (its log for tests/engines/data/vllm-0.26.0/):
 #     FAILURES=scripts/h200/failures-vllm-0.26.0-capture.txt \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models failures
+#   `autotune explain` of the dense winner, borrowing the check study's 9 fresh-start runs
+#   (defaults, hand-picked and the winner, 3 each: `explain --runs-from`), so only the 7
+#   reverts are measured (2 runs each) before the minimal-winner search:
+#     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
+#       EXPLAIN_ARGS="--repeats 2 --no-path --runs-from vllm-h200-dense-check \
+#         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
+#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
 #   the MoE model: the same arms with STUDY=vllm-h200-moe (TPE: start), vllm-h200-moe-random
 #     (budget), vllm-h200-moe-check (check) and MODELS=h200-moe:/tmp/autotune-moe; the
 #     sweep with STUDY=vllm-h200-moe.
