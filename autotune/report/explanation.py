@@ -90,7 +90,9 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
         else f"; run-to-run noise {100 * e.noise_sd:.1f} % ({e.noise_df} degrees of freedom)"
     )
     text += (
-        f"{_e(noise)}. {e.runs} run(s), each from freshly started services, "
+        f"{_e(noise)}. {e.runs} run(s)"
+        + (f" and {e.borrowed} borrowed from a check study" if e.borrowed else "")
+        + ", each from freshly started services, "
         f"{len(e.effects)} change(s) from the baseline.</p>"
     )
     notes = []

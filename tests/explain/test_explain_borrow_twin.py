@@ -146,3 +146,16 @@ def test_where_to_borrow_from_without_what_is_an_error(borrowing: Borrowing) -> 
                cwd=borrowing.root)  # fmt: skip
     assert done.returncode == 2
     assert "field '--runs-from'" in done.stderr and "give --runs-from STUDY" in done.stderr
+
+
+def test_the_report_and_show_count_the_borrowed_runs(borrowing: Borrowing) -> None:
+    out = borrowing.root / "report.html"
+    done = cli("report", "--study", "ex", "--storage", borrowing.url, "--out", str(out),
+               cwd=borrowing.root)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "7 run(s) and 3 borrowed from a check study, each from freshly started" in (
+        out.read_text()
+    )
+    shown = cli("explain", "--study", "ex", "--storage", borrowing.url, "--show",
+                cwd=borrowing.root)  # fmt: skip
+    assert shown.returncode == 0 and "7 runs + 3 borrowed" in shown.stdout
