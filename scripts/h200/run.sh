@@ -74,11 +74,12 @@
 #   a CUDA-graph capture out of memory (its log for tests/engines/data/vllm-0.26.0/):
 #     FAILURES=scripts/h200/failures-vllm-0.26.0-capture.txt \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models failures
-#   `autotune explain` of the dense winner, borrowing the check study's 9 fresh-start runs
-#   (defaults, hand-picked and the winner, 3 each: `explain --runs-from`), so only the 7
-#   reverts are measured (2 runs each) before the minimal-winner search:
+#   `autotune explain` of the dense winner, what each change bought, borrowing the check
+#   study's 9 fresh-start runs (defaults, hand-picked and the winner, 3 each: `explain
+#   --runs-from`), so only the 7 reverts are measured, 2 runs each: 14 restarts, not 18
+#   (the minimal-winner search would add ~20 more at this noise: benchmarks/explain_borrow.py):
 #     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
-#       EXPLAIN_ARGS="--repeats 2 --no-path --runs-from vllm-h200-dense-check \
+#       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
 #   the MoE model: the same arms with STUDY=vllm-h200-moe (TPE: start), vllm-h200-moe-random

@@ -1,0 +1,129 @@
+"""How many restarts ``autotune explain`` of the H200 dense winner needs, with and without the
+check study's fresh-start runs borrowed (``--runs-from``): the planner replayed, no GPU.
+
+On the H200 a restart of the 7B model costs two to three minutes and a device session holds
+about ten, so the explanation's restarts decide how many sessions it takes. This replays the
+product's planner (:mod:`autotune.explain.planner`, through ``tests/explain/explain_replay``,
+the loop ``Explainer.run`` runs) over the stored study's real change set (the winner #21 of
+``benchmarks/h200/vllm-h200-dense.db`` against the space's baseline, with its stored prior
+noise), answering each measurement from a model fitted to what the H200 measured: vLLM's
+defaults 4,404 tok/s (the check study's mean), fp8 weights x1.27 (#23, the winner without
+them, served what the defaults serve), fp8 KV x1.03 (#24, the winner without it, 5,560),
+every other change x1.00 (none measurable in the study), times log-normal run-to-run noise
+(``--noise``, 3% by default: the check study's three runs of each configuration spread
+3.5-8%, the study's re-measurements 1.1%). Borrowed: the 9 runs that
+:func:`autotune.explain.borrowed.borrowable_runs` takes from
+``benchmarks/h200/vllm-h200-dense-check.db`` (defaults, hand-picked, winner; 3 each), with
+their measured values.
+
+    .venv/bin/python benchmarks/explain_borrow.py --seeds 200
+
+Prints a Markdown table (BENCHMARKS.md, "Explaining the H200 winner: the plan").
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "explain"))
+
+import optuna  # noqa: E402
+from explain_replay import replay  # noqa: E402
+
+from autotune.explain import ChangeSet, ExplainRun, ExplainSettings, Planner  # noqa: E402
+from autotune.explain.borrowed import borrowable_runs  # noqa: E402
+from autotune.results import best_estimate  # noqa: E402
+from autotune.space import load_space  # noqa: E402
+
+H200 = REPO / "benchmarks" / "h200"
+DEFAULTS_TOK_S = 4403.8
+EFFECTS = {"quantization": 1.27, "kv_cache_dtype": 1.03}
+
+
+def truth(baseline: dict[str, object]) -> object:
+    def value(config: dict[str, object]) -> float:
+        v = DEFAULTS_TOK_S
+        for lever, factor in EFFECTS.items():
+            if config.get(lever) != baseline.get(lever):
+                v *= factor
+        return v
+
+    return value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=200)
+    ap.add_argument("--noise", type=float, default=0.03)
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space(REPO / "search_spaces" / "vllm-h200.yaml")
+    dense = optuna.load_study(
+        study_name="vllm-h200-dense", storage=f"sqlite:///{H200 / 'vllm-h200-dense.db'}"
+    )
+    check = optuna.load_study(
+        study_name="vllm-h200-dense-check",
+        storage=f"sqlite:///{H200 / 'vllm-h200-dense-check.db'}",
+    )
+    estimate = best_estimate(dense)
+    assert estimate is not None
+    winner = estimate.trial
+    offered = borrowable_runs(check, space=space, engine_version=winner.engine_version)
+    borrowed: dict[str, list[ExplainRun]] = {}
+    for run in offered.runs:
+        stored = borrowed.setdefault(run.key, [])
+        stored.append(run.model_copy(update={"index": len(stored)}))
+    baseline = space.baseline_params()
+    changes = ChangeSet(space, baseline=baseline, winner=winner.config)
+    print(
+        f"winner #{winner.number}: {len(changes.changes)} changes ({', '.join(changes.names)}); "
+        f"borrowed {offered.summary()}; {args.seeds} seeds, noise {100 * args.noise:.0f}%\n"
+    )
+    print("| explain settings | borrowed | restarts: median (10-90%) | minimal winner keeps "
+          "fp8 weights, at most fp8 KV besides |")  # fmt: skip
+    print("|---|---|---|---|")
+    for label, settings in (
+        (
+            "--repeats 2 --no-path --no-minimal (what each change bought)",
+            ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False),
+        ),
+        ("--repeats 2 --no-path", ExplainSettings(repeats=2, max_repeats=4, path=False)),
+        ("defaults (--repeats 3, path, minimal)", ExplainSettings()),
+    ):
+        for lend in (False, True):
+            restarts, small = [], 0
+            for seed in range(args.seeds):
+                planner = Planner(
+                    changes,
+                    settings,
+                    winner=winner.number,
+                    prior_noise=(estimate.noise_sd, estimate.noise_df),
+                )
+                done = replay(
+                    planner,
+                    truth(baseline),  # type: ignore[arg-type]
+                    seed=seed,
+                    noise=args.noise,
+                    runs={k: list(v) for k, v in borrowed.items()} if lend else None,
+                )
+                restarts.append(len(done.measured))
+                kept = set(planner.kept(done.state)) if done.state.order is not None else None
+                small += (
+                    kept is not None and settings.minimal and "quantization" in kept
+                    and kept <= set(EFFECTS)
+                )  # fmt: skip
+            q = statistics.quantiles(restarts, n=10)
+            print(
+                f"| {label} | {'9 runs' if lend else 'none'} | {statistics.median(restarts):.0f} "
+                f"({q[0]:.0f}-{q[-1]:.0f}) | "
+                + (f"{100 * small / args.seeds:.0f}% |" if settings.minimal else "- |")
+            )
+
+
+if __name__ == "__main__":
+    main()
