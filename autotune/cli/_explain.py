@@ -58,6 +58,12 @@ def explain(
     minimal: bool | None = typer.Option(
         None, "--minimal/--no-minimal", help="Search the minimal winner."
     ),
+    drop_together: bool | None = typer.Option(
+        None,
+        "--drop-together/--one-at-a-time",
+        help="Begin the minimal search by dropping every negligible change at once "
+        "(default), or drop one change at a time.",
+    ),
     budget: int | None = typer.Option(
         None, "--budget", min=1, help="At most this many restarts (default: what it needs)."
     ),
@@ -116,6 +122,7 @@ def explain(
             "tolerance": tolerance,
             "path": path,
             "minimal": minimal,
+            "drop_together": drop_together,
             "budget": budget,
         }.items()
         if v is not None

@@ -19,7 +19,9 @@ Three phases, in order:
 2. **Path** (``path: true``): the baseline plus the largest change, plus the next ... up to
    the winner, ``repeats`` runs each; a step the space refuses (a forbidden combination)
    is merged into the next one.
-3. **Minimal winner** (``minimal: true``): backward elimination, smallest contribution
+3. **Minimal winner** (``minimal: true``; :mod:`autotune.explain.elimination`): first, with
+   ``drop_together``, one attempt to drop together every change the ablation could not tell
+   from nothing, judged like a single drop; then backward elimination, smallest contribution
    first. Each change is dropped from the current set when the configuration without it
    keeps its conservative estimate (the lower 95% bound ``best`` ranks by) within
    ``tolerance`` of the winner's: ``lower(candidate) >= (1 - tolerance) x lower(winner)``.
@@ -36,14 +38,12 @@ Three phases, in order:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from autotune.explain.changes import ChangeSet, Variant
+from autotune.explain.elimination import eliminate
 from autotune.explain.record import (
-    Decision,
     Effect,
-    ExplainRun,
     ExplainState,
     Explanation,
     Interval,
@@ -52,113 +52,29 @@ from autotune.explain.record import (
     PathStep,
 )
 from autotune.explain.settings import ExplainSettings
-from autotune.failures import Failure
-from autotune.results import (
-    bracket_width,
-    conservative,
-    half_width,
-    noise_level,
-    t_quantile,
+from autotune.explain.steps import (
+    DETERMINISTIC_FAILURES,
+    TRANSIENT_TRIES,
+    Decide,
+    Finished,
+    Measure,
+    Runs,
+    RunStats,
+    Step,
 )
+from autotune.results import bracket_width, half_width, noise_level, t_quantile
 
-Runs = Mapping[str, Sequence[ExplainRun]]
-
-
-@dataclass(frozen=True)
-class Measure:
-    """Measure ``config`` once more from fresh services."""
-
-    key: str
-    config: dict[str, object]
-    phase: str
-    """``ablation``, ``path`` or ``minimal``."""
-    why: str
-
-
-@dataclass(frozen=True)
-class Decide:
-    """Store ``state`` (a decision was taken), then ask again."""
-
-    state: ExplainState
-    message: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    why: str
-    complete: bool = True
-    """False: the plan cannot go on (``why`` says why): the explanation stays incomplete."""
-
-
-Step = Measure | Decide | Finished
-
-
-DETERMINISTIC_FAILURES = frozenset(
-    f.value
-    for f in (
-        Failure.cuda_oom,
-        Failure.nccl_error,
-        Failure.cuda_error,
-        Failure.config_rejected,
-        Failure.model_path_missing,
-        Failure.compile_timeout,
-        Failure.wrong_output,
-        Failure.forbidden,
-    )
-)
-"""Failures that belong to the configuration (it fails the same way every time); any other
-(a process killed, a timeout, a port taken, a host gone) is tried again once."""
-TRANSIENT_TRIES = 2
-"""Failures of another class after which a configuration is not run again."""
-
-
-@dataclass(frozen=True)
-class _Stats:
-    """One configuration's runs: what was measured, what failed."""
-
-    values: tuple[float, ...]
-    attempts: int
-    failure: str | None
-    """Why it is not run again (None while it may be)."""
-    infeasible: int
-
-    @classmethod
-    def of(cls, runs: Sequence[ExplainRun]) -> _Stats:
-        failed = [r for r in runs if r.value is None]
-        final = [r for r in failed if r.failure in DETERMINISTIC_FAILURES]
-        if not final and len(failed) >= TRANSIENT_TRIES:
-            final = failed
-        failure = None
-        if final:
-            first = final[0]
-            failure = first.failure or "failed"
-            if first.reason:
-                failure = f"{failure}: {first.reason}"
-            if len(failed) > 1:
-                failure += f" ({len(failed)} of {len(runs)} runs failed)"
-        return cls(
-            values=tuple(v for r in runs if (v := r.value) is not None),
-            attempts=len(runs),
-            failure=failure,
-            infeasible=sum(1 for r in runs if r.value is not None and not r.feasible),
-        )
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return sum(self.values) / len(self.values) if self.values else 0.0
-
-    @property
-    def dead(self) -> bool:
-        """It failed: not run again."""
-        return self.failure is not None
-
-    @property
-    def breaks_slo(self) -> bool:
-        return self.n > 0 and 2 * self.infeasible > self.n
+__all__ = [
+    "DETERMINISTIC_FAILURES",
+    "TRANSIENT_TRIES",
+    "Decide",
+    "Finished",
+    "Measure",
+    "Planner",
+    "RunStats",
+    "Runs",
+    "Step",
+]
 
 
 class Planner:
@@ -186,13 +102,13 @@ class Planner:
         assert self.winner.key is not None
         return ExplainState(winner=self.winner_number, winner_key=self.winner.key)
 
-    def _stats(self, runs: Runs, key: str | None) -> _Stats:
-        return _Stats.of(runs.get(key, ()) if key is not None else ())
+    def stats(self, runs: Runs, key: str | None) -> RunStats:
+        return RunStats.of(runs.get(key, ()) if key is not None else ())
 
     def noise(self, runs: Runs) -> tuple[float | None, int]:
         """Relative run-to-run noise pooled over every configuration measured twice or more
         (the prior, the study's own figure, until then)."""
-        groups = [_Stats.of(r).values for r in runs.values()]
+        groups = [RunStats.of(r).values for r in runs.values()]
         widths = [
             w
             for rs in runs.values()
@@ -209,7 +125,7 @@ class Planner:
             for v in variants:
                 if v.key is None:
                     continue
-                s = self._stats(runs, v.key)
+                s = self.stats(runs, v.key)
                 if not s.dead and s.n <= r:
                     return v
         return None
@@ -228,7 +144,7 @@ class Planner:
             return Finished("the winner is the baseline: nothing to explain")
         pick = self._round_robin(self.ablation_variants(), runs, s.repeats)
         if pick is not None:
-            return self._measure(pick, "ablation", runs)
+            return self.measure(pick, "ablation", runs)
         if state.order is None:
             order = self.order(runs)
             return Decide(
@@ -239,14 +155,14 @@ class Planner:
             path = [v for v in self.path_variants(state.order) if v.config is not None]
             pick = self._round_robin(path, runs, s.repeats)
             if pick is not None:
-                return self._measure(pick, "path", runs)
+                return self.measure(pick, "path", runs)
         if s.minimal:
-            return self._eliminate(runs, state)
+            return eliminate(self, runs, state)
         return Finished("done")
 
-    def _measure(self, v: Variant, phase: str, runs: Runs) -> Measure:
+    def measure(self, v: Variant, phase: str, runs: Runs) -> Measure:
         assert v.key is not None and v.config is not None
-        n = self._stats(runs, v.key).attempts
+        n = self.stats(runs, v.key).attempts
         return Measure(v.key, v.config, phase, f"{self.label(v)}, run {n + 1}")
 
     def label(self, v: Variant) -> str:
@@ -263,12 +179,12 @@ class Planner:
         """The changes by measured contribution, largest first: required ones (without them
         the deployment fails or breaks an SLO) first, ones that could not be reverted last,
         ties in declaration order."""
-        w = self._stats(runs, self.winner.key)
+        w = self.stats(runs, self.winner.key)
 
         def rank(item: tuple[int, str]) -> tuple[int, float, int]:
             i, name = item
             variant = self.reverts[name][0]
-            without = self._stats(runs, variant.key)
+            without = self.stats(runs, variant.key)
             if variant.key is None:
                 return (2, 0.0, i)
             if without.dead or without.breaks_slo:
@@ -287,82 +203,8 @@ class Planner:
         dropped = {d.change for d in state.decisions if d.action == "dropped"}
         return [n for n in self.changes.names if n not in dropped]
 
-    def _eliminate(self, runs: Runs, state: ExplainState) -> Step:
-        s = self.settings
-        decided = {d.change for d in state.decisions}
-        todo = [n for n in self.elimination_order(state) if n not in decided]
-        if not todo:
-            return Finished("done")
-        w = self._stats(runs, self.winner.key)
-        if w.dead:  # nothing to stay within: every removal would pass against a bound of 0
-            return Finished(
-                f"the winner fails from fresh services ({w.failure}): no minimal winner",
-                complete=False,
-            )
-        name = todo[0]
-        kept = self.kept(state)
-        candidate = self.changes.variant(n for n in kept if n != name)
-
-        def decide(action: str, why: str) -> Decide:
-            decision = Decision(change=name, action=action, why=why, key=candidate.key)  # type: ignore[arg-type]
-            return Decide(
-                state.model_copy(update={"decisions": [*state.decisions, decision]}),
-                f"{action} {name}: {why}",
-            )
-
-        if candidate.config is None:
-            return decide("kept", f"the configuration without it is refused: {candidate.refused}")
-        alone = self._stats(runs, self.reverts[name][0].key)
-        if alone.dead:  # not worth a restart: the winner without it did not even start
-            return decide("kept", f"the winner without it fails ({alone.failure})")
-        sd, df = self.noise(runs)
-        target = 1.0 - s.tolerance
-        if candidate.key != self.reverts[name][0].key:
-            # The ablation measured the winner without it alone: far below the tolerance
-            # with confidence, it is kept without restarts (each costs minutes on hardware).
-            alone_ratio = self.ratio(alone, w, sd, df)
-            if (
-                alone_ratio is not None
-                and alone_ratio.high is not None
-                and alone_ratio.high < target
-            ):
-                return decide(
-                    "kept",
-                    f"the winner without it alone measured {alone.mean:,.1f} (n={alone.n}), "
-                    f"{alone_ratio.value:.3f} of the winner [{alone_ratio.low:.3f}, "
-                    f"{alone_ratio.high:.3f}]: below {100 * target:g}% with confidence, not "
-                    "measured again",
-                )
-        c = self._stats(runs, candidate.key)
-        if not c.dead and c.n < s.repeats:
-            return self._measure(candidate, "minimal", runs)
-        if c.dead:
-            return decide("kept", f"without it the deployment fails ({c.failure})")
-        if c.breaks_slo:
-            return decide("kept", f"without it {c.infeasible} of {c.n} runs break an SLO")
-        ratio = self.ratio(c, w, sd, df)
-        if ratio is not None and ratio.low is not None and ratio.high is not None:
-            close = ratio.low < target < ratio.high
-            if close and c.n < s.max_repeats:
-                if w.n <= c.n and w.n < 2 * s.max_repeats:
-                    return self._measure(self.winner, "minimal", runs)
-                return self._measure(candidate, "minimal", runs)
-        low_c = conservative(c.mean, half_width(c.mean, c.n, sd, df))
-        low_w = conservative(w.mean, half_width(w.mean, w.n, sd, df))
-        shown = f"{c.mean:,.1f} (n={c.n}, lower bound {low_c:,.1f})"
-        if low_c >= target * low_w:
-            return decide(
-                "dropped",
-                f"without it {shown}, within {100 * s.tolerance:g}% of the winner's lower "
-                f"bound {low_w:,.1f}",
-            )
-        return decide(
-            "kept",
-            f"without it {shown}, below {100 * target:g}% of the winner's lower bound {low_w:,.1f}",
-        )
-
     @staticmethod
-    def ratio(c: _Stats, w: _Stats, sd: float | None, df: int) -> Interval | None:
+    def ratio(c: RunStats, w: RunStats, sd: float | None, df: int) -> Interval | None:
         """mean(c) / mean(w) with its 95% interval (log scale, relative noise ``sd``)."""
         if c.n == 0 or w.n == 0 or w.mean <= 0:
             return None
@@ -375,7 +217,7 @@ class Planner:
     # ------------------------------------------------------------------ the result
 
     def measured(self, runs: Runs, key: str | None, sd: float | None, df: int) -> Measured:
-        st = self._stats(runs, key)
+        st = self.stats(runs, key)
         mean = None
         if st.n:
             half = half_width(st.mean, st.n, sd, df)
@@ -467,8 +309,8 @@ class Planner:
             v = self.changes.variant(kept)
             decided = {d.change for d in state.decisions}
             m = self.measured(runs, v.key, sd, df)
-            w_st = self._stats(runs, self.winner.key)
-            m_st = self._stats(runs, v.key)
+            w_st = self.stats(runs, self.winner.key)
+            m_st = self.stats(runs, v.key)
             minimal = Minimal(
                 kept=kept,
                 dropped=[d.change for d in state.decisions if d.action == "dropped"],

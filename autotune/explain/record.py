@@ -93,6 +93,11 @@ class ExplainState(BaseModel):
     order: list[str] | None = None
     """The changes by measured contribution, largest first (set when the ablation is done)."""
     decisions: list[Decision] = Field(default_factory=list)
+    together: list[str] | None = None
+    """The negligible changes the elimination first tries to drop together (frozen when the
+    minimal search starts; ``[]``: none tried; :mod:`autotune.explain.elimination`)."""
+    together_dropped: bool | None = None
+    """That attempt's outcome (None until decided)."""
     runs: int = 0
     """Measurements this explanation has taken (its budget counts them)."""
 

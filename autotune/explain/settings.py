@@ -26,6 +26,10 @@ class ExplainSettings(BaseModel):
     """Measure the path from the baseline to the winner, adding changes largest first."""
     minimal: bool = True
     """Search the smallest set of changes within ``tolerance`` (backward elimination)."""
+    drop_together: bool = True
+    """Begin the elimination by trying to drop every change the ablation measured as
+    negligible at once (:mod:`autotune.explain.elimination`): one candidate instead of a
+    close call per change."""
     budget: int | None = Field(None, ge=1, le=10_000)
     """At most this many restarts per invocation (None: what the plan needs); the next
     invocation resumes."""

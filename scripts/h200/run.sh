@@ -77,7 +77,7 @@
 #   `autotune explain` of the dense winner, what each change bought, borrowing the check
 #   study's 9 fresh-start runs (defaults, hand-picked and the winner, 3 each: `explain
 #   --runs-from`), so only the 7 reverts are measured, 2 runs each: 14 restarts, not 18
-#   (the minimal-winner search would add ~20 more at this noise: benchmarks/explain_borrow.py):
+#   (then the same without --no-minimal adds the minimal search, ~9 more: benchmarks/explain_borrow.py):
 #     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
