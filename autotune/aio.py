@@ -20,6 +20,28 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return _run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(_run, coro).result()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` without its Ctrl-C handler. From Python 3.11, ``asyncio.run`` turns
+    SIGINT into a cancellation of the main task, and ``asyncio.wait_for`` (before 3.12)
+    returns its result instead when the awaited work completes in the same step: a Ctrl-C
+    during a health probe was then lost, and the launch went on to its readiness timeout.
+    Here SIGINT keeps Python's own handler: KeyboardInterrupt, wherever the loop is."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()

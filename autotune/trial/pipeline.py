@@ -43,6 +43,10 @@ from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
 from autotune.trial.server_metrics import ServerMetricsWatch, on_modeled_clock
 
 FAULT_SCAN_LINES = 2000
+DEATH_GRACE_S = 2.0
+"""How long failed requests wait for a service to show that it died: a server that crashed
+mid-load resets its connections a moment before its exit is seen, and on a busy machine
+that moment is longer (the trial is then ``crashed``, its cause, not ``request_errors``)."""
 """Log lines searched for the cause of a live server's fault: the traceback of an OOM in a
 worker thread can sit under hundreds of access-log lines of the requests that failed after it."""
 
@@ -289,6 +293,8 @@ class TrialPipeline:
                 stalled=isinstance(bench_error, BenchTimeout),
             )
         died = self.launcher.check_alive(specs)
+        if died is None and result.metrics.failed:
+            died = self._death_behind_errors(specs)
         if died is not None:
             return self._after_fault(
                 specs, record, failure=died.failure, reason=str(died), died=died
@@ -431,6 +437,17 @@ class TrialPipeline:
         if versions:
             record.engine_version = versions
         record.overrides = overrides
+
+    def _death_behind_errors(self, specs: Mapping[str, ServiceSpec]) -> LaunchError | None:
+        """After failed requests: the service that died, once its exit shows (within
+        :data:`DEATH_GRACE_S`), or None. Trials whose requests all succeeded never wait."""
+        end = time.monotonic() + DEATH_GRACE_S
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            died = self.launcher.check_alive(specs)
+            if died is not None:
+                return died
+        return None
 
     def _after_fault(
         self,
