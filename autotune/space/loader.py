@@ -183,11 +183,15 @@ def _merge(base: dict[str, Any], child: dict[str, Any], *, file: str) -> dict[st
                     merged[name] = entry
             out[key] = merged
         elif key == "forbidden" and isinstance(value, list):
-            names = {r.get("name") for r in value if isinstance(r, dict)}
+            # a name that is no string is the child's error, which parse_space names
+            names = {
+                n for r in value if isinstance(r, dict) and isinstance(n := r.get("name"), str)
+            }
             kept = [
                 r
                 for r in out.get("forbidden") or []
-                if not isinstance(r, dict) or r.get("name") not in names
+                if not (isinstance(r, dict) and isinstance(r.get("name"), str))
+                or r["name"] not in names
             ]
             out[key] = kept + value
         else:

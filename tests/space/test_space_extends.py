@@ -194,3 +194,11 @@ def test_bundled_two_node_space_is_the_one_node_space_plus_router_policies() -> 
     }
     assert two.engine_ref("router").name == "sglang-router"
     assert two.engine_ref("decode") == one.engine_ref("decode")
+
+
+def test_a_forbidden_rule_named_by_a_list_is_a_clear_error_not_a_crash(tmp_path: Path) -> None:
+    # found by the space-file fuzzer: the merge put the child's rule names in a set
+    path = _child(tmp_path, forbidden=[{"name": ["accept_new_host_key"], "when": "x == 1"}])
+    with pytest.raises(ConfigError) as caught:
+        load_space(path)
+    assert "forbidden" in str(caught.value)
