@@ -126,12 +126,17 @@ class Explainer:
             prior_noise=(estimate.noise_sd, estimate.noise_df),
         )
 
-    def borrow(self, sources: Sequence[RunSource], winner_trial: int) -> list[Borrowed]:
+    def borrow(
+        self,
+        sources: Sequence[RunSource],
+        winner_trial: int,
+        runs: dict[str, list[ExplainRun]],
+    ) -> list[Borrowed]:
         """Store the measurements ``sources`` offer (:mod:`autotune.explain.borrowed`) as
         runs of their configurations, each after the runs of its configuration already
-        stored; one borrowed before (same origin) is not stored twice."""
+        stored, and added to ``runs`` (the stored runs, read once by :meth:`run`); one
+        borrowed before (same origin) is not stored twice."""
         ctx = self.ctx
-        runs = load_runs(ctx.study)
         have = {r.source for rs in runs.values() for r in rs if r.source is not None}
         winner = trial_by_number(ctx.study, winner_trial)
         versions = dict(winner.user_attrs.get("engine_version") or {})
@@ -161,8 +166,9 @@ class Explainer:
     def run(self, settings: ExplainSettings, sources: Sequence[RunSource] = ()) -> Explanation:
         ctx = self.ctx
         planner = self.planner(settings)
+        runs = load_runs(ctx.study)  # read once: from here on, only borrow and this loop add
         if sources:
-            self.borrow(sources, planner.winner_number)
+            self.borrow(sources, planner.winner_number, runs)
         state = load_state(ctx.study)
         if state is None or (state.winner, state.winner_key) != (
             planner.winner_number,
@@ -179,7 +185,6 @@ class Explainer:
         )
         stopped: str | None = None
         self.active = True
-        runs = load_runs(ctx.study)  # read once: from here on, only this loop adds runs
         try:
             while True:
                 step = planner.next(runs, state)
