@@ -92,6 +92,58 @@ def test_the_dense_check_study_is_queued_from_the_stored_h200_study(tmp_path: Pa
     assert winner["enable_prefix_caching"] == "off" and winner["cudagraph_mode"] == "FULL"
 
 
+def _queue(storage: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "h200" / "side_by_side.py"),
+            "--study",
+            "vllm-h200-dense-check",
+            "--winner-study",
+            "vllm-h200-dense",
+            "--winner-from",
+            f"sqlite:///{ROOT / 'benchmarks' / 'h200' / 'vllm-h200-dense.db'}",
+            "--storage",
+            storage,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_also_queues_one_more_trial_into_the_measured_check_study(tmp_path: Path) -> None:
+    """#19 of the dense study was cut by a faulty early abort: `--also 19` queues its
+    configuration into the check study that already holds its measured trials, once."""
+    db = tmp_path / "check.db"
+    shutil.copyfile(ROOT / "benchmarks" / "h200" / "vllm-h200-dense-check.db", db)
+    db.chmod(0o644)
+    storage = f"sqlite:///{db}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    before = len(optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials)
+
+    refused = _queue(storage)  # without --also, a study with trials is left alone
+    assert refused.returncode != 0 and "already has trials" in refused.stderr
+
+    first = _queue(storage, "--also", "19")
+    assert first.returncode == 0 and "queued #19 of vllm-h200-dense" in first.stdout, first
+    again = _queue(storage, "--also", "19")
+    assert again.returncode == 0 and "already in" in again.stdout, again
+    trials = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
+    assert len(trials) == before + 1
+    queued = trials[-1]
+    assert queued.state == optuna.trial.TrialState.WAITING
+    assert queued.user_attrs["label"] == "#19 of vllm-h200-dense"
+    tuned = optuna.load_study(
+        study_name="vllm-h200-dense",
+        storage=f"sqlite:///{ROOT / 'benchmarks' / 'h200' / 'vllm-h200-dense.db'}",
+    )
+    assert queued.system_attrs["fixed_params"] == tuned.trials[19].params
+
+    missing = _queue(storage, "--also", "999")
+    assert missing.returncode != 0 and "no trial 999" in missing.stderr
+
+
 # ------------------------------------------------------------------------ the reader
 
 H200 = ROOT / "benchmarks" / "h200"

@@ -41,8 +41,10 @@
 #   agreement      start autotune's winner of $WINNER_DB once, then autotune's load generator and
 #                  `vllm bench serve` alternating on it ($ROUNDS each), in the background
 #   check          queue defaults, hand-picked and the winner of $WINNER_DB into the check study
-#                  $STUDY (scripts/h200/side_by_side.py, once), then `autotune run` of it
-#                  ($CHECK_TRIALS trials, each measured three times) in the background
+#                  $STUDY (scripts/h200/side_by_side.py, once), and trial N of the tuning study
+#                  for each N of $ALSO (an existing check study too, once), then `autotune run`
+#                  of it ($CHECK_TRIALS trials, the top three measured three times) in the
+#                  background
 #   watch SECONDS  wait until the background job ends or SECONDS pass, then collect
 #   collect        snapshot the database, write the report and `best` into $OUT; tar the
 #                  side-by-side directory ($SIDE_DIR: the sweep's JSON results and logs, the
@@ -261,9 +263,11 @@ agreement() {
 check() {
   if busy; then say "not started: another job runs"; return 0; fi
   from_db
-  if [ ! -f "studies/$STUDY.db" ]; then
+  local also=() n
+  for n in ${ALSO:-}; do also+=(--also "$n"); done
+  if [ ! -f "studies/$STUDY.db" ] || [ ${#also[@]} -gt 0 ]; then
     "$PY" scripts/h200/side_by_side.py --study "$STUDY" --winner-study "$WINNER_STUDY" \
-      --winner-from "sqlite:///$PWD/$WINNER_DB" || return 1
+      --winner-from "sqlite:///$PWD/$WINNER_DB" "${also[@]}" || return 1
   fi
   background run --study "$STUDY" --trials "$CHECK_TRIALS"
 }

@@ -9,6 +9,11 @@
         --winner-study vllm-h200-dense --winner-from sqlite:///studies/vllm-h200-dense.db
     python3 -m autotune run --study vllm-h200-dense-check --trials 3
 
+    # later, one more configuration of the tuning study into the same check study:
+    python3 scripts/h200/side_by_side.py --study vllm-h200-dense-check \
+        --winner-study vllm-h200-dense --winner-from sqlite:///studies/vllm-h200-dense.db --also 19
+    python3 -m autotune run --study vllm-h200-dense-check --trials 4
+
 A check study (studies/*-check.yaml) has no early abort and re-measures its configurations
 from fresh processes (the defaults three times: issue 28's "vLLM's defaults (3 runs)").
 """
@@ -35,8 +40,11 @@ TRANSFORMERS_HAND_PICKED = {
 }
 # DOMAIN.md §8b, picked by hand on the 7B model: fp8 weights + fp8 KV + async scheduling (on by
 # default in 0.26.0) + 16k batched tokens; 9,164 tok/s at C=64, 1,024 in / 256 out.
-VLLM_DENSE_HAND_PICKED = {"quantization": "fp8", "kv_cache_dtype": "fp8",
-                          "max_num_batched_tokens": 16384}
+VLLM_DENSE_HAND_PICKED = {
+    "quantization": "fp8",
+    "kv_cache_dtype": "fp8",
+    "max_num_batched_tokens": 16384,
+}
 # DOMAIN.md §8b on the MoE model: --quantization fp8 (36% slower than the defaults by hand).
 VLLM_MOE_HAND_PICKED = {"quantization": "fp8"}
 HAND_PICKED = {
@@ -60,6 +68,15 @@ def main() -> None:
     ap.add_argument("--winner-study", default="transformers-serve-h200")
     ap.add_argument("--study", default="transformers-serve-h200-check")
     ap.add_argument("--storage", default=None, help="default sqlite:///studies/STUDY.db")
+    ap.add_argument(
+        "--also",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="queue trial N of the tuning study too, labelled '#N of STUDY' (again: nothing); "
+        "the check study may already hold its other trials",
+    )
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -75,13 +92,30 @@ def main() -> None:
     number = best.trial.number
     winner = dict(tuned.trials[number].params)
     storage = args.storage or f"sqlite:///{ROOT}/studies/{args.study}.db"
-    study = optuna.create_study(study_name=args.study, storage=storage, direction="maximize")
-    if study.trials:
+    study = optuna.create_study(
+        study_name=args.study, storage=storage, direction="maximize", load_if_exists=True
+    )
+    labels = {t.user_attrs.get("label") for t in study.trials}
+    if study.trials and not args.also:
         raise SystemExit(f"{args.study} already has trials in {storage}")
-    study.enqueue_trial(space.baseline_params(), user_attrs={"is_baseline": True})
-    for name, params in (("hand-picked", hand), (f"winner #{number}", winner)):
-        study.enqueue_trial(params, user_attrs={"label": name})
-        print(f"queued {name}: {params}")
+    if not study.trials:
+        study.enqueue_trial(space.baseline_params(), user_attrs={"is_baseline": True})
+        for name, params in (("hand-picked", hand), (f"winner #{number}", winner)):
+            study.enqueue_trial(params, user_attrs={"label": name})
+            print(f"queued {name}: {params}")
+    for n in args.also:
+        # A configuration the tuning study could not judge (e.g. cut by a faulty early abort):
+        # measured here without an abort, beside the others, from a fresh start.
+        name = f"#{n} of {args.winner_study}"
+        if name in labels:
+            print(f"{name}: already in {args.study}")
+            continue
+        if not 0 <= n < len(tuned.trials) or not tuned.trials[n].params:
+            raise SystemExit(
+                f"--also {n}: {args.winner_study} has no trial {n} with a configuration"
+            )
+        study.enqueue_trial(dict(tuned.trials[n].params), user_attrs={"label": name})
+        print(f"queued {name}: {tuned.trials[n].params}")
 
 
 if __name__ == "__main__":
