@@ -255,6 +255,22 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
         if key != "default":
             row.gain = gain(values, defaults)
         rows.append(row)
+    # Configurations of the tuning study queued later (`side_by_side.py --also N`): one the
+    # tuning study could not judge, measured here from fresh starts without an abort.
+    for tag, est in by_label.items():
+        if not tag.startswith("#"):
+            continue
+        values = _values(est)
+        rows.append(
+            Row(
+                f"{tag}, from fresh starts",
+                restarts=str(1 + remeasured.get(est.trial.number, 0)),
+                config=changed_levers(est.trial.params, baseline),
+                tok_s=fmt_tok(values),
+                j_per_token=fmt_j(energy_per_token(study, est)),
+                values=values,
+            )
+        )
     return rows
 
 

@@ -289,3 +289,32 @@ def test_the_reader_with_the_sweep_and_the_check_study_stored(tmp_path: Path) ->
     assert winner[5].startswith("+34.9% (95% CI +")
     # the tuning arms are now compared with the check study's defaults
     assert _row(lines, "autotune, TPE")[5].startswith("+33.9%")
+
+
+def test_the_reader_gives_a_row_to_a_configuration_queued_with_also(tmp_path: Path) -> None:
+    """The check study's fourth configuration (`side_by_side.py --also 19`) gets its own row,
+    compared with the defaults like the others. Here a copy of the hand-picked run stands in
+    for its measurement, under #19's name."""
+    for src in H200.glob(f"{DENSE}*"):
+        shutil.copyfile(src, tmp_path / src.name)
+        (tmp_path / src.name).chmod(0o644)
+    storage = f"sqlite:///{tmp_path / f'{DENSE}-check.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check = optuna.load_study(study_name=f"{DENSE}-check", storage=storage)
+    hand = check.trials[1]
+    check.add_trial(
+        optuna.trial.create_trial(
+            params=hand.params,
+            distributions=hand.distributions,
+            values=hand.values,
+            user_attrs={**hand.user_attrs, "label": "#19 of vllm-h200-dense"},
+            system_attrs=hand.system_attrs,
+        )
+    )
+    lines = _reader().report(DENSE, 20, here=tmp_path)
+    extra = _row(lines, "#19 of vllm-h200-dense, from fresh starts")
+    assert extra[1] == "1" and extra[3] == "5,211.2 (n=1: 5,211.2)", extra
+    assert "quantization=fp8" in extra[2]
+    assert extra[5].startswith("+18.3%"), extra  # 5,211.2 against the defaults' 4,403.8
+    # the rows that were there are unchanged
+    assert _row(lines, "hand-picked")[3] == "5,624.5 (n=3: 5,211.2, 5,815.6, 5,846.6)"
