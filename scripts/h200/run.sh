@@ -84,9 +84,18 @@
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
-#   the MoE model: the same arms with STUDY=vllm-h200-moe (TPE: start), vllm-h200-moe-random
-#     (budget), vllm-h200-moe-check (check) and MODELS=h200-moe:/tmp/autotune-moe; the
-#     sweep with STUDY=vllm-h200-moe.
+#   #19 of the dense study (cut by the faulty early abort), from fresh starts in the check study:
+#     STUDY=vllm-h200-dense-check FROM_DB=benchmarks/h200/vllm-h200-dense-check.db ALSO=19 \
+#       CHECK_TRIALS=4 MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check
+#   the MoE model: the same arms at the issue's floor of 16 restarts each (RESTARTS=16; the
+#     reader: benchmarks/h200_side_by_side.py --study vllm-h200-moe --budget 16), with
+#     MODELS=h200-moe:/tmp/autotune-moe: STUDY=vllm-h200-moe budget (TPE), STUDY=vllm-h200-moe-random
+#     budget, STUDY=vllm-h200-moe sweep (16 evenly spaced grid points), then
+#     STUDY=vllm-h200-moe-check check and the agreement.
+# `watch` returns as soon as the background job ends, so one call can start the next arm the
+# moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
+# finds a job still running says so and starts nothing). Two studies in one call: two commands,
+# `scripts/h200/run.sh watch 300; STUDY=... scripts/h200/run.sh budget watch 280`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
