@@ -9,6 +9,7 @@ import pytest
 from fake_openai_server import FakeServer
 
 from autotune.loadgen import LoadSpec, run_load
+from autotune.loadgen import _loops as loadgen_loops
 from autotune.loadgen import client as loadgen_client
 from autotune.loadgen.client import _Attempt, _Stream
 from autotune.loadgen.pacer import Pacer
@@ -60,7 +61,7 @@ def test_the_open_loop_keeps_its_schedule_with_and_without_the_pacer(
             super().__init__()
             made.append(self)
 
-    monkeypatch.setattr(loadgen_client, "Pacer", Spy)
+    monkeypatch.setattr(loadgen_loops, "Pacer", Spy)  # the open loop makes its pacer there
     fake_server.behaviour.chunk_delay_s = 0.02
     spec = LoadSpec(
         input_len=16,
