@@ -59,39 +59,6 @@ def test_the_hand_picked_configuration_is_one_of_the_space(study: str) -> None:
     assert changed, "the hand-picked configuration is the baseline"
 
 
-def test_the_dense_check_study_is_queued_from_the_stored_h200_study(tmp_path: Path) -> None:
-    storage = f"sqlite:///{tmp_path / 'check.db'}"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "h200" / "side_by_side.py"),
-            "--study",
-            "vllm-h200-dense-check",
-            "--winner-study",
-            "vllm-h200-dense",
-            "--winner-from",
-            f"sqlite:///{ROOT / 'benchmarks' / 'h200' / 'vllm-h200-dense.db'}",
-            "--storage",
-            storage,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "queued winner #21" in done.stdout, done.stdout
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    queued = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
-    assert [t.user_attrs.get("is_baseline", t.user_attrs.get("label")) for t in queued] == [
-        True,
-        "hand-picked",
-        "winner #21",
-    ]
-    hand, winner = (t.system_attrs["fixed_params"] for t in queued[1:])  # waiting: not run yet
-    assert hand["quantization"] == winner["quantization"] == "fp8"
-    assert hand["kv_cache_dtype"] == "fp8" and hand["max_num_batched_tokens"] == 16384
-    assert winner["enable_prefix_caching"] == "off" and winner["cudagraph_mode"] == "FULL"
-
-
 def _queue(storage: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
@@ -110,6 +77,24 @@ def _queue(storage: str, *extra: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
     )
+
+
+def test_the_dense_check_study_is_queued_from_the_stored_h200_study(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'check.db'}"
+    done = _queue(storage)
+    assert done.returncode == 0, done.stderr
+    assert "queued winner #21" in done.stdout, done.stdout
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    queued = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
+    assert [t.user_attrs.get("is_baseline", t.user_attrs.get("label")) for t in queued] == [
+        True,
+        "hand-picked",
+        "winner #21",
+    ]
+    hand, winner = (t.system_attrs["fixed_params"] for t in queued[1:])  # waiting: not run yet
+    assert hand["quantization"] == winner["quantization"] == "fp8"
+    assert hand["kv_cache_dtype"] == "fp8" and hand["max_num_batched_tokens"] == 16384
+    assert winner["enable_prefix_caching"] == "off" and winner["cudagraph_mode"] == "FULL"
 
 
 def test_also_queues_one_more_trial_into_the_measured_check_study(tmp_path: Path) -> None:
