@@ -1,6 +1,6 @@
 """Our random dataset's lengths as ``vllm bench serve --dataset-name random`` options.
 
-Ours (``autotune/loadgen/datasets.py``, ``_draw_len``, sglang's rule): each length uniform over
+Ours (``autotune/loadgen/_draw.py``, ``_draw_len``, sglang's rule): each length uniform over
 the integers ``[max(int(len * range_ratio), 1), len]``; 1.0 fixes it.
 
 vLLM's (``vllm/benchmarks/datasets/utils.py``, ``get_sampling_params``, the same in 0.26.0 and
