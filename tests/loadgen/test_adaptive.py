@@ -50,12 +50,14 @@ def test_adaptive_stop_on_a_steady_server(fake_server: FakeServer) -> None:
     fake_server.behaviour.chunk_delay_s = 0.002
     result = run_load(
         fake_server.url,
-        spec(target_rel_ci=0.1, min_duration_s=0.4, requests=20, max_duration_s=20),
+        # 15%: a steady server's estimate gets there in ~0.5 s idle; on a machine 3x
+        # oversubscribed the fake server's own timing is noisy and 10% took over 20 s.
+        spec(target_rel_ci=0.15, min_duration_s=0.4, requests=20, max_duration_s=30),
     )
     assert result.stop_reason is not None and result.stop_reason.startswith("target CI reached")
     assert result.aborted is None
     est = result.estimate
-    assert est is not None and est.rel_half_width is not None and est.rel_half_width <= 0.1
+    assert est is not None and est.rel_half_width is not None and est.rel_half_width <= 0.15
     assert 0.4 <= result.measure_seconds < 10  # ~0.5 s on an idle machine
     m = result.metrics
     assert m.completed >= 20 and m.failed == 0  # stopped dispatching; in-flight finished

@@ -244,7 +244,9 @@ def test_a_repeated_prompt_skips_its_prefill(
     assert u2["prompt_tokens_details"] == {"cached_tokens": (LONG - 1) // PAGE * PAGE}
     model = pm.prefill_seconds(config_from_levers(FAST_LEVERS, mode="null"), LONG)
     assert first >= 0.95 * model
-    assert second < first / 4, (first, second)
+    # Without the cache a repeat costs > 0.8x (the test below); with it, what is left is one
+    # page and the HTTP round trip: under half leaves headroom for a busy machine.
+    assert second < first / 2, (first, second)
 
 
 def test_without_the_radix_cache_a_repeat_costs_the_same(launcher: Launcher) -> None:
