@@ -25,7 +25,7 @@ WorkerBusy, DependencyError and DomainError reach the user as a ConfigError that
 option or the field; ClaimedElsewhere never reaches the user (the loop records the trial as
 ``claimed`` and goes on), nor does Unscorable (the trial is recorded infeasible with its
 reason, ``no_telemetry``). Outside the tree: private exceptions (a leading underscore), which
-never leave their module.
+never leave their module (or the private siblings it was split into, as ``remote/_ssh_*``).
 """
 
 from __future__ import annotations

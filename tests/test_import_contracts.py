@@ -43,7 +43,7 @@ def test_an_upward_import_breaks_a_contract(tmp_path: Path) -> None:
     shutil.copytree(
         ROOT / "autotune", tmp_path / "autotune", ignore=shutil.ignore_patterns("*.pyc")
     )
-    model = tmp_path / "autotune" / "deployment.py"
+    model = tmp_path / "autotune" / "deployment" / "_model.py"
     model.write_text(model.read_text() + "\nimport autotune.launch.managed  # noqa\n")
     done = lint_imports(tmp_path)
     assert done.returncode != 0

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from autotune import deployment
+# Deployment._pick_ports looks pick_free_ports up in its own module: patch it there.
+from autotune.deployment import _model as deployment
 
 _REAL_GETADDRINFO = socket.getaddrinfo
 _REAL_PICK = deployment.pick_free_ports

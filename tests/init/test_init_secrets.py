@@ -71,7 +71,7 @@ def test_a_credential_flag_written_with_equals_stays_a_reference(init: Init) -> 
 
 
 def test_the_env_template_is_a_deployment_feature() -> None:
-    """``${env:VAR}`` in any string of a deployment (shared module: autotune/deployment.py)."""
+    """``${env:VAR}`` in any string of a deployment (shared package: autotune/deployment/)."""
     dep = parse_deployment(
         {
             "name": "t",
