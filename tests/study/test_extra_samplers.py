@@ -24,7 +24,7 @@ from sampler_helpers import load_harness, quiet_optuna  # noqa: F401
 from autotune.errors import ConfigError
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
-from autotune.study import extra_samplers
+from autotune.study import _extra_common, extra_samplers
 from autotune.study.definition import SLOSettings
 from autotune.study.objectives import Objective
 from autotune.study.record import finish_trial
@@ -261,7 +261,7 @@ def test_a_missing_package_names_the_extra(
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
         return real(wanted)
 
-    monkeypatch.setattr(extra_samplers, "_import", without)
+    monkeypatch.setattr(_extra_common, "_import", without)  # where _require looks it up
     with pytest.raises(ConfigError) as caught:
         make_sampler(name, seed=0)
     text = str(caught.value)
