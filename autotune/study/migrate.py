@@ -18,30 +18,33 @@ The source is only read. A study with RUNNING trials is refused: its workers are
 writing to it (and a tuner that died mid-trial left its measurement in a journal keyed to
 the source URL, which only an ``autotune run`` on the source settles).
 
-Why one module of ~600 lines: a copy and its field-by-field verification must agree on
-every column; one module keeps both sides of that contract together.
+This module reads and checks the source, copies the study and reports what moved; the
+field-by-field comparison of the copy with its source is in
+autotune/study/_migrate_verify.py (``compare_studies``, re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy
 import sqlalchemy.exc
-from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import TrialState
 
 from autotune.errors import StorageError
+from autotune.study._migrate_verify import (
+    MAX_LISTED,
+    TRIAL_FIELDS,
+    _verify,
+    compare_studies,
+)
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.storage import (
     STORAGE_EXCEPTIONS,
@@ -64,12 +67,21 @@ except ImportError:  # pragma: no cover - another Optuna layout: optuna.copy_stu
 _ROW_COPY = _HAVE_MODELS
 """Copy rows (else ``optuna.copy_study``); tests switch it off to exercise the fallback."""
 
+__all__ = [
+    "MAX_LISTED",
+    "PROGRESS_EVERY",
+    "TRIAL_FIELDS",
+    "WORKER_ATTR",
+    "MigrationReport",
+    "Progress",
+    "compare_studies",
+    "migrate_study",
+]
+
 WORKER_ATTR = "autotune:worker"
 """Trial system attribute: the worker that asked the trial."""
 PROGRESS_EVERY = 250
 """Trials between two progress lines while copying."""
-MAX_LISTED = 8
-"""Differences (or running trials) named in an error message; the rest are counted."""
 
 Progress = Callable[[str], None]
 
@@ -451,154 +463,3 @@ def _forget_new_file(target: optuna.storages.BaseStorage, path: Path | None) -> 
         target.engine.dispose()  # type: ignore[attr-defined]
         for suffix in ("", "-journal", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-# --------------------------------------------------------------------------- verifying
-
-TRIAL_FIELDS = (
-    "state",
-    "values",
-    "params",
-    "distributions",
-    "user_attrs",
-    "system_attrs",
-    "intermediate_values",
-    "datetime_start",
-    "datetime_complete",
-    "constraints",
-)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Enum):
-        return value.name
-    if isinstance(value, BaseDistribution):
-        return json.loads(distribution_to_json(value))
-    return repr(value)
-
-
-def _canon(value: Any) -> str:
-    """Exact, NaN-safe comparison key: JSON with sorted keys (floats by repr)."""
-    if isinstance(value, Mapping):
-        value = {str(k): v for k, v in value.items()}
-    return json.dumps(value, sort_keys=True, default=_json_default, allow_nan=True)
-
-
-def _differing_keys(a: Any, b: Any) -> str:
-    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
-        return ""
-    keys = sorted(
-        {str(k) for k in {*a, *b} if k not in a or k not in b or _canon(a[k]) != _canon(b[k])}
-    )
-    shown = ", ".join(keys[:MAX_LISTED]) + (", ..." if len(keys) > MAX_LISTED else "")
-    return f" ({shown})" if keys else ""
-
-
-def compare_studies(
-    source: optuna.storages.BaseStorage,
-    target: optuna.storages.BaseStorage,
-    name: str,
-) -> list[str]:
-    """Every difference between study ``name`` in the two storages, in words (empty: equal).
-
-    Study: directions, metric names, user and system attributes. Trials, matched by number:
-    state, values, parameters and distributions, user and system attributes, intermediate
-    values, start and completion datetimes, constraints.
-    """
-    a_study = optuna.load_study(study_name=name, storage=source)
-    b_study = optuna.load_study(study_name=name, storage=target)
-    a_id = source.get_study_id_from_name(name)
-    b_id = target.get_study_id_from_name(name)
-    out: list[str] = []
-    study_fields: Sequence[tuple[str, Any, Any]] = (
-        ("directions", a_study.directions, b_study.directions),
-        ("metric names", a_study.metric_names, b_study.metric_names),
-        (
-            "study user attributes",
-            source.get_study_user_attrs(a_id),
-            target.get_study_user_attrs(b_id),
-        ),
-        (
-            "study system attributes",
-            source.get_study_system_attrs(a_id),
-            target.get_study_system_attrs(b_id),
-        ),
-    )
-    for label, a, b in study_fields:
-        if _canon(a) != _canon(b):
-            out.append(f"{label} differ{_differing_keys(a, b)}")
-    a_trials = {t.number: t for t in source.get_all_trials(a_id, deepcopy=False)}
-    b_trials = {t.number: t for t in target.get_all_trials(b_id, deepcopy=False)}
-    missing = sorted(set(a_trials) - set(b_trials))
-    extra = sorted(set(b_trials) - set(a_trials))
-    if missing:
-        out.append(f"trials missing from the copy: {_numbers(missing)}")
-    if extra:
-        out.append(f"trials only in the copy: {_numbers(extra)}")
-    a_times, b_times = _stored_times(source, a_id), _stored_times(target, b_id)
-    for number in sorted(set(a_trials) & set(b_trials)):
-        for name_ in TRIAL_FIELDS:
-            a = getattr(a_trials[number], name_)
-            b = getattr(b_trials[number], name_)
-            if _canon(a) != _canon(b):
-                out.append(f"trial #{number}: {name_} differ{_differing_keys(a, b)}")
-        if (
-            a_times is not None
-            and b_times is not None
-            and a_times.get(number) != b_times.get(number)
-        ):
-            out.append(f"trial #{number}: stored (UTC) start/complete times differ")
-    return out
-
-
-def _stored_times(storage: optuna.storages.BaseStorage, study_id: int) -> dict[int, Any] | None:
-    """Trial number -> the stored UTC (start, complete): FrozenTrial shows local time, where
-    an hour repeated by a daylight-saving change reads the same for two stored values."""
-    if not _HAVE_MODELS or not isinstance(storage, optuna.storages.RDBStorage):
-        return None
-    trials = _rdb_models.TrialModel.__table__
-    query = sqlalchemy.select(
-        trials.c.number, trials.c.datetime_start, trials.c.datetime_complete
-    ).where(trials.c.study_id == study_id)
-    with storage.engine.connect() as conn:
-        return {number: (start, end) for number, start, end in conn.execute(query)}
-
-
-def _numbers(numbers: list[int]) -> str:
-    shown = ", ".join(f"#{n}" for n in numbers[:MAX_LISTED])
-    return shown + (f" and {len(numbers) - MAX_LISTED} more" if len(numbers) > MAX_LISTED else "")
-
-
-def _verify(
-    source: optuna.storages.BaseStorage,
-    target: optuna.storages.BaseStorage,
-    name: str,
-    source_url: str,
-    target_url: str,
-) -> None:
-    """StorageError naming what differs when the copy is not the source study."""
-    try:
-        differences = compare_studies(source, target, name)
-    except STORAGE_EXCEPTIONS as exc:
-        raise StorageError(
-            f"reading study {name!r} back from {display_url(source_url)} and "
-            f"{display_url(target_url)} to check the copy failed (the copy is removed): "
-            f"{describe_storage_failure(exc)}"
-        ) from exc
-    if not differences:
-        return
-    source_id = source.get_study_id_from_name(name)
-    if source.get_all_trials(source_id, deepcopy=False, states=(TrialState.RUNNING,)):
-        why = "the source changed while it was copied (a worker started?)"
-    else:
-        why = "the copy differs from the source"
-    shown = "; ".join(differences[:MAX_LISTED])
-    if len(differences) > MAX_LISTED:
-        shown += f"; and {len(differences) - MAX_LISTED} more"
-    raise StorageError(
-        f"migration of study {name!r} from {display_url(source_url)} to "
-        f"{display_url(target_url)} not verified: {why}: {shown}. The copy was removed from "
-        "the target; the source is unchanged"
-    )
