@@ -7,10 +7,14 @@ claimed before launch); the trial pipeline (:mod:`autotune.trial.pipeline`, no O
 the launching, probing, measuring and scoring. A launch that fails is completed as
 infeasible with its failure class so the sampler learns to avoid it.
 
-Around it, each in its own module: recovery of what an earlier run left
-(:mod:`autotune.study.recovery`), Ctrl-C/SIGTERM handling (:mod:`autotune.study.interrupts`),
-the early-abort policy (:mod:`autotune.study.abort`), claims (:mod:`autotune.study.claims`)
-and the re-measure phase (:mod:`autotune.study.remeasure`).
+This module keeps the outer loop (the trial target, the re-measure and explanation phases,
+the session and the wind-down); one trial, from ``ask`` to ``store``, is
+:mod:`autotune.study._trial_step`, and what the constructor derives from the definition
+(the load, a warm start, the reference) :mod:`autotune.study._setup`. Around it, each in its
+own module: recovery of what an earlier run left (:mod:`autotune.study.recovery`),
+Ctrl-C/SIGTERM handling (:mod:`autotune.study.interrupts`), the early-abort policy
+(:mod:`autotune.study.abort`), claims (:mod:`autotune.study.claims`) and the re-measure phase
+(:mod:`autotune.study.remeasure`).
 
 Faults (RELIABILITY.md): a measured outcome is written to a local journal before storage,
 and storage writes are never cut by Ctrl-C/SIGTERM (deferred to just after the write):
@@ -27,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import optuna
 from optuna.trial import TrialState
 
 from autotune.deployment import Deployment, load_deployment
@@ -35,49 +38,39 @@ from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.explain import ExplainSettings, Explanation
 from autotune.failpoints import failpoint
-from autotune.failures import Failure
 from autotune.launch import Launcher
 from autotune.launch.factory import make_launcher
-from autotune.loadgen import SLO, LoadSpec
+from autotune.loadgen import LoadSpec
 from autotune.render import render
-from autotune.results import feasible, objective_label, own_trials
+from autotune.results import own_trials
 from autotune.space import SearchSpace, load_space
-from autotune.study._optuna_compat import storage_of, trial_id_of
+from autotune.study._setup import StudyReference, load_spec, warm_start_plan
+from autotune.study._trial_step import TrialStep
 from autotune.study.abort import AbortPolicy, make_abort_policy
-from autotune.study.claims import BASELINE_CLAIM, ClaimedElsewhere, claim, claim_config
-from autotune.study.context import StudyContext, close_phases
+from autotune.study.claims import BASELINE_CLAIM, claim
+from autotune.study.context import StudyContext
 from autotune.study.definition import StudyDefinition, WarmStartSettings
 from autotune.study.explainer import Explainer, RunSource
 from autotune.study.hints import Hints
-from autotune.study.interrupts import INTERRUPT_PENDING, deferred_interrupts, sigterm_as_interrupt
+from autotune.study.interrupts import INTERRUPT_PENDING, sigterm_as_interrupt
 from autotune.study.journal import Journal
 from autotune.study.objectives import Objective
-from autotune.study.progress import NullProgress, ProgressSink, TrialReport
-from autotune.study.record import fail_trial, reused_outcome
+from autotune.study.progress import NullProgress, ProgressSink
 from autotune.study.recovery import Recovery
 from autotune.study.remeasure import Remeasurer
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
-    batched_writes,
     batching,
     check_study_name,
     create_or_load_study,
-    display_url,
-    has_trials,
     is_server_url,
     open_storage,
     retrying,
     storage_errors,
 )
 from autotune.study.store import TrialWriter
-from autotune.study.warm_start import (
-    WarmStartPlan,
-    apply_warm_start,
-    describe_done,
-    open_source,
-    plan_warm_start,
-)
-from autotune.study.workers import TRIAL_WORKER_ATTR, Worker, WorkerBusy, default_worker_name
+from autotune.study.warm_start import apply_warm_start, describe_done
+from autotune.study.workers import Worker, WorkerBusy, default_worker_name
 from autotune.trial import (
     FAULT_SCAN_LINES,
     HostFailure,
@@ -90,7 +83,6 @@ from autotune.trial import (
 
 __all__ = ["FAULT_SCAN_LINES", "HostFailure", "RunSummary", "Tuner"]
 
-REFERENCE_ATTR = "reference_output"
 _T = TypeVar("_T")
 COUNT_REFRESH = 10
 """Trials between two reads of the completed count from storage (other workers add some)."""
@@ -99,10 +91,6 @@ COUNT_REFRESH = 10
 def _dir_name(worker: str) -> str:
     """A worker name as one directory name (names may hold '/' and ':')."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", worker)
-
-
-def _on_wall_clock(limit_ms: float | None, speedup: float) -> float | None:
-    return None if limit_ms is None else limit_ms / speedup
 
 
 @dataclass
@@ -126,20 +114,6 @@ class RunSummary:
     FAIL trial)."""
     explained: int = 0
     """Explanation runs stored by this run."""
-
-
-class _StudyReference:
-    """The correctness reference, kept as a study attribute (the first healthy trial's)."""
-
-    def __init__(self, study: optuna.Study) -> None:
-        self.study = study
-
-    def get(self) -> str | None:
-        value = self.study.user_attrs.get(REFERENCE_ATTR)
-        return None if value is None else str(value)
-
-    def set(self, text: str) -> None:
-        self.study.set_user_attr(REFERENCE_ATTR, text)
 
 
 class Tuner:
@@ -193,7 +167,13 @@ class Tuner:
         )
         self.warm_start = warm_start if warm_start is not None else definition.warm_start
         """Where a new study starts from (``--warm-start-from``, the file's ``warm_start:``)."""
-        self._warm_plan = self._plan_warm_start(study_name, storage_url)
+        self._warm_plan = warm_start_plan(
+            self.warm_start,
+            study_name=study_name,
+            storage_url=storage_url,
+            space=self.space,
+            enqueue=self._enqueue,
+        )
         self.storage = open_storage(storage_url, create=True)
         self.study = create_or_load_study(
             study_name,
@@ -256,7 +236,7 @@ class Tuner:
                     expected=correctness.expected,
                 ),
             ),
-            reference=_StudyReference(self.study),
+            reference=StudyReference(self.study),
             plan=self.plan,
             engines={
                 service: get_engine(
@@ -275,9 +255,6 @@ class Tuner:
         self.writer = TrialWriter(self.ctx)
         self.remeasurer = Remeasurer(self.ctx, self.pipeline, report=self._report)
         self.explainer = Explainer(self.ctx, self.pipeline, report=self._report)
-        self._known: dict[str, int] = {}
-        self._incumbent: tuple[float, int] | None = None
-        """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
         self.worker = Worker(
             self.study,
             name=self.worker_name,
@@ -286,69 +263,22 @@ class Tuner:
             lease_s=definition.workers.lease_s,
             on_error=self.progress.message,
         )
+        self.trial_step = TrialStep(
+            self.ctx,
+            self.pipeline,
+            worker=self.worker,
+            writer=self.writer,
+            abort=self.abort,
+            on_phase=self._phase,
+        )
+        """One trial at a time: ask, reuse or claim, the pipeline, store (the reuse index
+        and the incumbent are its own)."""
 
     # ------------------------------------------------------------------ set-up
 
     def _load_spec(self) -> LoadSpec:
-        """The study's load, completed: what the study file leaves unsaid, the engine's
-        request quirks decide; the served model is the deployment's, and the SLOs are on the
-        wall clock of the servers (a simulated deployment runs ``sim_speedup`` x faster)."""
-        load = self.definition.load
-        slo = self.definition.slo
-        speedup = self.deployment.sim_speedup
-        quirks = self.engine.quirks
-        given = {k: getattr(load, k) for k in load.given}
-        if load.request_rate is not None:  # a rate of the modeled hardware
-            given["request_rate"] = load.request_rate * speedup
-        # Files the load names are relative to the study file, like its space and deployment.
-        if load.tokenizer is not None:
-            given["tokenizer"] = str(self.definition.resolve(Path(load.tokenizer)))
-        dataset = load.dataset
-        if dataset is not None and dataset.kind == "sharegpt":
-            given["dataset"] = dataset.model_copy(
-                update={"path": self.definition.resolve(dataset.path)}
-            )
-        return LoadSpec.model_validate(
-            {
-                "prompt": quirks.prompt,
-                "ignore_eos": quirks.ignore_eos,
-                "require_done": quirks.require_done,
-                **given,
-                "model": self.deployment.model,
-                "slo": SLO(
-                    ttft_ms=_on_wall_clock(slo.ttft_p99_ms, speedup),
-                    tpot_ms=_on_wall_clock(slo.tpot_p99_ms, speedup),
-                    e2e_ms=_on_wall_clock(slo.e2e_p99_ms, speedup),
-                ),
-            }
-        )
-
-    def _plan_warm_start(self, study_name: str, storage_url: str) -> WarmStartPlan | None:
-        """The warm start of a new study, read and translated before anything is created (a
-        missing earlier study is an error here); None without one, or when the study has
-        trials already (a warm start only seeds a new study)."""
-        settings = self.warm_start
-        if settings is None:
-            return None
-        source_url = settings.storage or storage_url
-        if settings.study == study_name and source_url == storage_url:
-            raise ConfigError(
-                f"study {study_name!r} cannot warm-start from itself", field="--warm-start-from"
-            )
-        if has_trials(storage_url, study_name):
-            return None
-        with storage_errors(source_url, f"reading study {settings.study!r}"):
-            source = open_source(settings.study, source_url)
-            return plan_warm_start(
-                source,
-                space=self.space,
-                top=settings.top,
-                storage=display_url(source_url),
-                enqueued=[
-                    *([self.space.baseline_params()] if self.space.has_baseline else []),
-                    *self._enqueue,
-                ],
-            )
+        """The study's load, completed (:func:`autotune.study._setup.load_spec`)."""
+        return load_spec(self.definition, self.deployment, self.engine)
 
     def _phase(self, name: str) -> None:
         self.progress.phase(name)
@@ -380,25 +310,6 @@ class Tuner:
                     say=self.progress.message,
                 )
 
-    def _index_known(self) -> None:
-        for trial in own_trials(self.study, states=(TrialState.COMPLETE,)):
-            config = trial.user_attrs.get("config")
-            if config is not None and trial.user_attrs.get("failure") != Failure.interrupted:
-                self._known.setdefault(self.space.config_key(config), trial.number)
-            if (
-                feasible(trial)
-                and trial.user_attrs.get("failure") is None
-                and not trial.user_attrs.get("aborted")
-            ):
-                self._consider_incumbent(trial.values[0], trial.number)
-
-    def _consider_incumbent(self, throughput: float, number: int) -> None:
-        if self._incumbent is None or (throughput, -number) > (
-            self._incumbent[0],
-            -self._incumbent[1],
-        ):
-            self._incumbent = (throughput, number)
-
     def completed_count(self) -> int:
         """This study's completed trials (carried warm-start trials are not its own)."""
         return len(own_trials(self.study, states=(TrialState.COMPLETE,)))
@@ -417,12 +328,12 @@ class Tuner:
             nonlocal ran
             self._preflight()
             self._enqueue_baseline()
-            self._index_known()
+            self.trial_step.index_known()
             done = self.completed_count()
             while done < n_trials:
                 if self.shared:
                     self.ctx.db("looking for lost trials", self.recovery.reap_lost)
-                if self._one_trial(index=done + 1, total=n_trials):
+                if self.trial_step.one_trial(index=done + 1, total=n_trials):
                     ran += 1
                     done += 1
                 # Counted in memory (a read of every new trial costs ~6 ms) when this is
@@ -515,73 +426,7 @@ class Tuner:
             return [n for n in running if n not in left], left
         return running, []
 
-    def _one_trial(self, *, index: int, total: int) -> bool:
-        """One trial, stored; False when it was not run (its config was claimed by another
-        worker's trial in flight: recorded as FAIL, not counted)."""
-        t0 = time.monotonic()
-        trial: optuna.Trial | None = None
-        try:
-            with deferred_interrupts():
-                trial = self.study.ask()
-            self.worker.on_trial(trial)
-            failpoint("trial.asked")
-            with deferred_interrupts(), batched_writes(self.study, trial_id_of(trial)):
-                # One transaction for all the parameters (each would be its own commit) and
-                # the owner, written before anything is launched, so a retry finds them.
-                storage_of(self.study).set_trial_system_attr(
-                    trial_id_of(trial), TRIAL_WORKER_ATTR, self.worker_name
-                )
-                config = self.space.suggest(trial)
-            self.progress.trial_started(
-                number=trial.number, index=index, total=total, config=config
-            )
-            outcome = self._evaluate(
-                config,
-                is_baseline=bool(trial.user_attrs.get("is_baseline", False)),
-                claim_as=trial.number if self.shared else None,
-            )
-        except ClaimedElsewhere as exc:
-            assert trial is not None
-            with deferred_interrupts():
-                fail_trial(self.study, trial, failure=Failure.claimed.value, reason=str(exc))
-            self.worker.on_trial(None)
-            self.progress.message(f"trial #{trial.number} not run: {exc}")
-            return False
-        except HostFailure as exc:
-            assert trial is not None  # raised by the pipeline
-            self.ctx.retry_later(trial.number)
-            fail_trial(self.study, trial, failure=Failure.host_unreachable.value, reason=str(exc))
-            raise
-        except KeyboardInterrupt:
-            if trial is None:  # interrupted before the trial existed
-                raise
-            with deferred_interrupts():
-                self.ctx.retry_later(trial.number)
-                fail_trial(
-                    self.study,
-                    trial,
-                    failure=Failure.interrupted.value,
-                    reason="stopped by the user (Ctrl-C/SIGTERM)",
-                )
-            self.progress.message(
-                f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
-                "its config will be retried by the next `autotune run`; services are being stopped"
-            )
-            raise
-        elapsed = close_phases(outcome, t0)
-        self._phase("store")
-        stored = self.writer.store(trial, outcome)
-        self.worker.on_trial(None)
-        if not stored:
-            return False
-        self.worker.trial_done()
-        key = self.space.config_key(config)
-        if outcome.record.reused_from is None:
-            self._known.setdefault(key, trial.number)
-        if outcome.failure is None and outcome.feasible and not outcome.record.aborted:
-            self._consider_incumbent(outcome.values[0], trial.number)
-        self._report(trial.number, outcome, elapsed)
-        return True
+    # ------------------------------------------------------------------ one trial
 
     def _evaluate(
         self,
@@ -591,42 +436,13 @@ class Tuner:
         fresh: bool = False,
         claim_as: int | None = None,
     ) -> TrialOutcome:
-        """The pipeline's outcome for ``config``, unless an identical configuration was
-        measured already (its result is reused) or, with ``claim_as`` (a shared study), is
-        in flight in another worker's trial (:class:`ClaimedElsewhere`)."""
-        prepared = self.pipeline.prepare(config, is_baseline=is_baseline)
-        if isinstance(prepared, TrialOutcome):
-            return prepared  # forbidden: nothing launched
-        key = self.space.config_key(config)
-        previous = None if fresh else self._known.get(key)
-        if previous is None and claim_as is not None:
-            previous = claim_config(self.study, key, claim_as, db=self.ctx.db)
-            if previous is not None:
-                self._known.setdefault(key, previous)
-        if previous is not None:
-            return reused_outcome(self.study, previous, prepared.record, objective=self.objective)
-        abort_if = (
-            None if fresh else self.abort.rule(incumbent=self._incumbent, load=self.pipeline.load)
+        """The outcome for ``config`` (:meth:`TrialStep.evaluate`: forbidden, reused, claimed
+        elsewhere or measured by the pipeline)."""
+        return self.trial_step.evaluate(
+            config, is_baseline=is_baseline, fresh=fresh, claim_as=claim_as
         )
-        return self.pipeline.measure(prepared, fresh=fresh, abort_if=abort_if)
 
     def _report(self, number: int, outcome: TrialOutcome, elapsed: float) -> None:
-        best = self._incumbent
-        record = outcome.record
-        reason = record.reason
-        if record.aborted:
-            reason = f"aborted: {record.aborted}"
-        self.progress.trial_finished(
-            TrialReport(
-                number=number,
-                throughput=outcome.values[0] if outcome.failure is None else None,
-                failure=outcome.failure,
-                reason=reason,
-                best=best[0] if best else None,
-                best_number=best[1] if best else None,
-                seconds=elapsed,
-                reused_from=record.reused_from,
-                aborted=bool(record.aborted),
-                unit=objective_label(self.objective.metric_names)[1],
-            )
-        )
+        """A finished trial or measurement, shown with the incumbent (:meth:`TrialStep.report`;
+        the re-measure and explanation phases report through it too)."""
+        self.trial_step.report(number, outcome, elapsed)

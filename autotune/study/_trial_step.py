@@ -1,0 +1,201 @@
+"""One trial of the study loop, and what the loop remembers from one trial to the next.
+
+Steps 1-3 and 8 of docs/ARCHITECTURE.md's "The trial lifecycle": ask (the owner and all the
+parameters in one storage transaction), decide whether the configuration needs a launch at
+all (forbidden: completed as infeasible; measured already: its result reused; in a shared
+study, in flight in another worker's trial: not run), let the trial pipeline measure it
+(with the early-abort rule against the incumbent), then store and report it. Interrupted,
+claimed elsewhere or cut by a host failure, the trial is told FAIL here.
+
+Apart from :mod:`autotune.study.runner`, which keeps the outer loop (set-up, the trial target,
+the re-measure and explanation phases, Ctrl-C and the wind-down), because this is the one
+part that runs per trial: the reuse index (canonical config -> trial) and the incumbent live
+here, and a reader following one configuration from ``ask`` to ``store`` reads one module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.failpoints import failpoint
+from autotune.failures import Failure
+from autotune.results import feasible, objective_label, own_trials
+from autotune.study._optuna_compat import storage_of, trial_id_of
+from autotune.study.abort import AbortPolicy
+from autotune.study.claims import ClaimedElsewhere, claim_config
+from autotune.study.context import StudyContext, close_phases
+from autotune.study.interrupts import deferred_interrupts
+from autotune.study.progress import TrialReport
+from autotune.study.record import fail_trial, reused_outcome
+from autotune.study.storage import batched_writes
+from autotune.study.store import TrialWriter
+from autotune.study.workers import TRIAL_WORKER_ATTR, Worker
+from autotune.trial import HostFailure, TrialOutcome, TrialPipeline
+
+
+class TrialStep:
+    """Asks, evaluates and stores one trial at a time for :class:`~autotune.study.runner.Tuner`."""
+
+    def __init__(
+        self,
+        ctx: StudyContext,
+        pipeline: TrialPipeline,
+        *,
+        worker: Worker,
+        writer: TrialWriter,
+        abort: AbortPolicy,
+        on_phase: Callable[[str], None],
+    ) -> None:
+        self.ctx = ctx
+        self.pipeline = pipeline
+        self.worker = worker
+        self.writer = writer
+        self.abort = abort
+        self.on_phase = on_phase
+        self._known: dict[str, int] = {}
+        self._incumbent: tuple[float, int] | None = None
+        """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
+
+    def index_known(self) -> None:
+        for trial in own_trials(self.ctx.study, states=(TrialState.COMPLETE,)):
+            config = trial.user_attrs.get("config")
+            if config is not None and trial.user_attrs.get("failure") != Failure.interrupted:
+                self._known.setdefault(self.ctx.space.config_key(config), trial.number)
+            if (
+                feasible(trial)
+                and trial.user_attrs.get("failure") is None
+                and not trial.user_attrs.get("aborted")
+            ):
+                self._consider_incumbent(trial.values[0], trial.number)
+
+    def _consider_incumbent(self, throughput: float, number: int) -> None:
+        if self._incumbent is None or (throughput, -number) > (
+            self._incumbent[0],
+            -self._incumbent[1],
+        ):
+            self._incumbent = (throughput, number)
+
+    def one_trial(self, *, index: int, total: int) -> bool:
+        """One trial, stored; False when it was not run (its config was claimed by another
+        worker's trial in flight: recorded as FAIL, not counted)."""
+        t0 = time.monotonic()
+        trial: optuna.Trial | None = None
+        try:
+            with deferred_interrupts():
+                trial = self.ctx.study.ask()
+            self.worker.on_trial(trial)
+            failpoint("trial.asked")
+            with deferred_interrupts(), batched_writes(self.ctx.study, trial_id_of(trial)):
+                # One transaction for all the parameters (each would be its own commit) and
+                # the owner, written before anything is launched, so a retry finds them.
+                storage_of(self.ctx.study).set_trial_system_attr(
+                    trial_id_of(trial), TRIAL_WORKER_ATTR, self.ctx.worker_name
+                )
+                config = self.ctx.space.suggest(trial)
+            self.ctx.progress.trial_started(
+                number=trial.number, index=index, total=total, config=config
+            )
+            outcome = self.evaluate(
+                config,
+                is_baseline=bool(trial.user_attrs.get("is_baseline", False)),
+                claim_as=trial.number if self.ctx.shared else None,
+            )
+        except ClaimedElsewhere as exc:
+            assert trial is not None
+            with deferred_interrupts():
+                fail_trial(self.ctx.study, trial, failure=Failure.claimed.value, reason=str(exc))
+            self.worker.on_trial(None)
+            self.ctx.progress.message(f"trial #{trial.number} not run: {exc}")
+            return False
+        except HostFailure as exc:
+            assert trial is not None  # raised by the pipeline
+            self.ctx.retry_later(trial.number)
+            fail_trial(
+                self.ctx.study, trial, failure=Failure.host_unreachable.value, reason=str(exc)
+            )
+            raise
+        except KeyboardInterrupt:
+            if trial is None:  # interrupted before the trial existed
+                raise
+            with deferred_interrupts():
+                self.ctx.retry_later(trial.number)
+                fail_trial(
+                    self.ctx.study,
+                    trial,
+                    failure=Failure.interrupted.value,
+                    reason="stopped by the user (Ctrl-C/SIGTERM)",
+                )
+            self.ctx.progress.message(
+                f"interrupted during trial #{trial.number}: recorded as FAIL (interrupted), "
+                "its config will be retried by the next `autotune run`; services are being stopped"
+            )
+            raise
+        elapsed = close_phases(outcome, t0)
+        self.on_phase("store")
+        stored = self.writer.store(trial, outcome)
+        self.worker.on_trial(None)
+        if not stored:
+            return False
+        self.worker.trial_done()
+        key = self.ctx.space.config_key(config)
+        if outcome.record.reused_from is None:
+            self._known.setdefault(key, trial.number)
+        if outcome.failure is None and outcome.feasible and not outcome.record.aborted:
+            self._consider_incumbent(outcome.values[0], trial.number)
+        self.report(trial.number, outcome, elapsed)
+        return True
+
+    def evaluate(
+        self,
+        config: dict[str, Any],
+        *,
+        is_baseline: bool,
+        fresh: bool = False,
+        claim_as: int | None = None,
+    ) -> TrialOutcome:
+        """The pipeline's outcome for ``config``, unless an identical configuration was
+        measured already (its result is reused) or, with ``claim_as`` (a shared study), is
+        in flight in another worker's trial (:class:`ClaimedElsewhere`)."""
+        prepared = self.pipeline.prepare(config, is_baseline=is_baseline)
+        if isinstance(prepared, TrialOutcome):
+            return prepared  # forbidden: nothing launched
+        key = self.ctx.space.config_key(config)
+        previous = None if fresh else self._known.get(key)
+        if previous is None and claim_as is not None:
+            previous = claim_config(self.ctx.study, key, claim_as, db=self.ctx.db)
+            if previous is not None:
+                self._known.setdefault(key, previous)
+        if previous is not None:
+            return reused_outcome(
+                self.ctx.study, previous, prepared.record, objective=self.ctx.objective
+            )
+        abort_if = (
+            None if fresh else self.abort.rule(incumbent=self._incumbent, load=self.pipeline.load)
+        )
+        return self.pipeline.measure(prepared, fresh=fresh, abort_if=abort_if)
+
+    def report(self, number: int, outcome: TrialOutcome, elapsed: float) -> None:
+        best = self._incumbent
+        record = outcome.record
+        reason = record.reason
+        if record.aborted:
+            reason = f"aborted: {record.aborted}"
+        self.ctx.progress.trial_finished(
+            TrialReport(
+                number=number,
+                throughput=outcome.values[0] if outcome.failure is None else None,
+                failure=outcome.failure,
+                reason=reason,
+                best=best[0] if best else None,
+                best_number=best[1] if best else None,
+                seconds=elapsed,
+                reused_from=record.reused_from,
+                aborted=bool(record.aborted),
+                unit=objective_label(self.ctx.objective.metric_names)[1],
+            )
+        )
