@@ -236,41 +236,30 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     remeasured: dict[int, int] = {}
     for m in counts["remeasurements"]:
         remeasured[m["of"]] = remeasured.get(m["of"], 0) + 1
+
+    def row(label: str, est: ConfigEstimate) -> Row:
+        values = _values(est)
+        return Row(
+            label,
+            restarts=str(1 + remeasured.get(est.trial.number, 0)),
+            config=changed_levers(est.trial.params, baseline),
+            tok_s=fmt_tok(values),
+            j_per_token=fmt_j(energy_per_token(study, est)),
+            values=values,
+        )
+
     rows = []
     for label, key in zip(labels, ("default", "hand-picked", "winner"), strict=True):
-        found = next((e for k, e in by_label.items() if k.startswith(key)), None)
+        tag, found = next(((k, e) for k, e in by_label.items() if k.startswith(key)), ("", None))
         if found is None:
             rows.append(Row(label, tok_s="not measured yet"))
             continue
-        values = _values(found)
-        tag = next(k for k, e in by_label.items() if e is found)
-        row = Row(
-            f"{label} ({tag})" if key == "winner" else label,
-            restarts=str(1 + remeasured.get(found.trial.number, 0)),
-            config=changed_levers(found.trial.params, baseline),
-            tok_s=fmt_tok(values),
-            j_per_token=fmt_j(energy_per_token(study, found)),
-            values=values,
-        )
+        rows.append(row(f"{label} ({tag})" if key == "winner" else label, found))
         if key != "default":
-            row.gain = gain(values, defaults)
-        rows.append(row)
+            rows[-1].gain = gain(rows[-1].values, defaults)
     # Configurations of the tuning study queued later (`side_by_side.py --also N`): one the
     # tuning study could not judge, measured here from fresh starts without an abort.
-    for tag, est in by_label.items():
-        if not tag.startswith("#"):
-            continue
-        values = _values(est)
-        rows.append(
-            Row(
-                f"{tag}, from fresh starts",
-                restarts=str(1 + remeasured.get(est.trial.number, 0)),
-                config=changed_levers(est.trial.params, baseline),
-                tok_s=fmt_tok(values),
-                j_per_token=fmt_j(energy_per_token(study, est)),
-                values=values,
-            )
-        )
+    rows += [row(f"{tag}, from fresh starts", e) for tag, e in by_label.items() if tag[:1] == "#"]
     return rows
 
 

@@ -6,7 +6,7 @@ warm-up, from a synchronized start (every stream sends at once, the prefill queu
 the last requests drain alone), on servers whose simulated clock runs ``sim_speedup`` x
 faster than the modeled hardware on a shared 2-core machine. This script measures the
 model's optimum and two configurations near it (``winner_noise.calibration_configs``) on the
-simulated deployment, through the tuner's own code path (``Tuner._evaluate``: restart, probe,
+simulated deployment, through the tuner's own code path (``TrialStep.evaluate``: restart, probe,
 warm-up, measure), at each clock and each number of requests, and prints measured / model:
 which part of a shortfall is the clock and which the measurement's length.
 

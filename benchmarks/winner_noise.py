@@ -5,7 +5,7 @@ Two steps:
 ``calibrate``: the same few configurations (the model's optimum and two near it) are
 measured again and again on the real simulated deployment, every time from freshly started
 services (each process draws its own speed: ``sim_noise``), through the tuner's own code
-path (``Tuner._evaluate``: restart, correctness probe, warm-up, measure). Gives the
+path (``TrialStep.evaluate``: restart, correctness probe, warm-up, measure). Gives the
 run-to-run noise of one measurement (relative SD over restarts), the part of it that is
 within one run (two loads on the same processes), the bias against the model and the time
 one measurement takes, for each load variant (the study's fixed load, longer or adaptive).
@@ -138,7 +138,7 @@ def evaluate(tuner: Any, config: Mapping[str, object], load: Any, *, fresh: bool
     on freshly started services or on those of the last measurement; the trial outcome."""
     tuner.definition = tuner.definition.model_copy(update={"load": load})
     tuner.pipeline.load = tuner._load_spec()
-    return tuner._evaluate(config, is_baseline=False, fresh=fresh)
+    return tuner.trial_step.evaluate(config, is_baseline=False, fresh=fresh)
 
 
 def calibrate(restarts: int, variants: Sequence[str], out: Path | None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from optuna.trial import TrialState
 
@@ -427,20 +427,6 @@ class Tuner:
         return running, []
 
     # ------------------------------------------------------------------ one trial
-
-    def _evaluate(
-        self,
-        config: dict[str, Any],
-        *,
-        is_baseline: bool,
-        fresh: bool = False,
-        claim_as: int | None = None,
-    ) -> TrialOutcome:
-        """The outcome for ``config`` (:meth:`TrialStep.evaluate`: forbidden, reused, claimed
-        elsewhere or measured by the pipeline)."""
-        return self.trial_step.evaluate(
-            config, is_baseline=is_baseline, fresh=fresh, claim_as=claim_as
-        )
 
     def _report(self, number: int, outcome: TrialOutcome, elapsed: float) -> None:
         """A finished trial or measurement, shown with the incumbent (:meth:`TrialStep.report`;
