@@ -1,0 +1,1 @@
+"""The pieces of ``benchmarks/sample_efficiency.py`` (its entry point, which re-exports them)."""
