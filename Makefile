@@ -67,10 +67,11 @@ vllm-cpu: $(STAMP)
 	$(VENV)/bin/autotune best --study $(VLLM_STUDY) --minimal
 	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
-# ruff, mypy, and the import contracts of pyproject.toml ([tool.importlinter]).
+# ruff, mypy (the package and the benchmarks), and the import contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check autotune tests benchmarks
 	$(VENV)/bin/mypy autotune
+	$(VENV)/bin/mypy --explicit-package-bases benchmarks
 	$(VENV)/bin/lint-imports
 
 clean:

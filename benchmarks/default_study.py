@@ -269,7 +269,7 @@ def overhead_replay(n: int, seed: int) -> None:
     template = _template_attrs()
     with tempfile.TemporaryDirectory(prefix="autotune-overhead-") as scratch:
         tmp = Path(scratch)
-        loops = {}
+        loops: dict[str, tuple[optuna.Study, Journal, dict[str, tuple[float, int] | None]]] = {}
         for mode in ("before", "after"):
             url = f"sqlite:///{tmp / (mode + '.db')}"
             storage = open_storage(url, create=True)
@@ -368,11 +368,11 @@ def overhead_replay(n: int, seed: int) -> None:
                 f"{statistics.median(b):>11.1f} {statistics.median(a):>10.1f}"
             )
         for part in (slice(0, n // 4), slice(3 * n // 4, n)):
-            b = statistics.fmean(timings["before"]["all"][part])
-            a = statistics.fmean(timings["after"]["all"][part])
+            before = statistics.fmean(timings["before"]["all"][part])
+            after = statistics.fmean(timings["after"]["all"][part])
             print(
-                f"  trials {part.start}-{part.stop - 1}: before {b:.1f} ms, after {a:.1f} ms "
-                f"({b / a:.1f}x)"
+                f"  trials {part.start}-{part.stop - 1}: before {before:.1f} ms, "
+                f"after {after:.1f} ms ({before / after:.1f}x)"
             )
 
 

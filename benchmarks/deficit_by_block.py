@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("|---|---:|---:|---|---:|---:|---|")
     for level in [x for x in args.levels.split(",") if x]:
-        reported, truest = [], []
+        reported: list[list[float]] = []
+        truest: list[list[float]] = []
         for i in range(args.surfaces):
             gen = generated_module().by_name(f"gen-{level}-{i}")
             surface = surface_of(gen)

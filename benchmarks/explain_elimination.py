@@ -28,6 +28,7 @@ import math
 import statistics
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,12 +60,14 @@ def fewest_within(factors: list[float]) -> int:
     return len(factors)
 
 
-def run_case(factors: list[float], noise: float, together: bool, seeds: int, tmp: Path) -> dict:
+def run_case(
+    factors: list[float], noise: float, together: bool, seeds: int, tmp: Path
+) -> dict[str, float]:
     names = [f"c{i}" for i in range(len(factors))]
     space = bool_levers(tmp, names)
     winner = {n: True for n in names}
 
-    def truth(config: dict[str, object]) -> float:
+    def truth(config: Mapping[str, object]) -> float:
         return 100.0 * math.prod(f for n, f in zip(names, factors, strict=True) if config[n])
 
     settings = ExplainSettings(
@@ -95,7 +98,7 @@ def main() -> None:
         "at a time | within tolerance | changes kept (fewest within) |"
     )
     print("|---|---:|---:|---:|---:|")
-    totals = {True: [], False: []}
+    totals: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for (case, factors), noise in itertools.product(CASES.items(), (0.01, 0.03, 0.05)):
             got = {t: run_case(factors, noise, t, args.seeds, Path(tmp)) for t in (True, False)}

@@ -362,8 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sampler in samplers:
             seq = launch_sequence(sampler, args.seed, args.count_configs)
             changes = fingerprint_changes(space, deployment, seq.configs)
-            late = changes[max(seq.startup_launches, 1) - 1 :]
-            for label, part in (("all", changes), ("after the start-up", late)):
+            after_startup = changes[max(seq.startup_launches, 1) - 1 :]
+            for label, part in (("all", changes), ("after the start-up", after_startup)):
                 counts = [len(c) for c in part]
                 one = [c[0] for c in part if len(c) == 1]
                 print(

@@ -63,7 +63,7 @@ def main() -> None:
     load = definition.load
     space = load_space(SPACE)
     deployment = load_deployment(DEPLOYMENT)
-    workers = dict(space.baseline_params())
+    workers: dict[str, object] = dict(space.baseline_params())
     if args.workers == "optimum":
         found = true_optimum(
             concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len

@@ -124,7 +124,7 @@ def main() -> None:
     modes = args.modes.split(",")
     study = load_study_definition(REPO / "studies" / "vllm-cpu-capacity.yaml")
     engine = get_engine("vllm", "0.32.0")
-    rows = []
+    rows: list[tuple[str, float, float, int, float | None]] = []
     with tempfile.TemporaryDirectory() as tmp:
         server_cpus = None if args.server_cpus == "all" else args.server_cpus
         proc, url = start_vllm(Path(tmp) / "vllm.log", server_cpus)
@@ -164,7 +164,7 @@ def main() -> None:
         finally:
             os.killpg(proc.pid, 15)
             proc.wait(30)
-    known = [r for r in rows if r[4] is not None]
+    known = [(m, r, p99, late, s) for m, r, p99, late, s in rows if s is not None]
     if len(known) > 2:
         rho = spearman([r[4] for r in known], [float(r[3]) for r in known])
         print(f"\nSpearman(steal, sends > 1 ms) over {len(known)} runs: {rho:.2f}")

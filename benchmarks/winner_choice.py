@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             earlier[(cell["surface"], cell["noise"])] = cell["configs"]
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    rules = RULES
+    rules: tuple[Rule, ...] = RULES
     if args.budgets:
         rules = budget_rules([int(b) for b in args.budgets.split(",") if b.strip()])
     started = time.perf_counter()

@@ -53,6 +53,7 @@ from autotune.sim import perf_model as pm  # noqa: E402
 from autotune.sim.levers import pd_configs  # noqa: E402
 from autotune.sim.optimum import true_optimum  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
+from autotune.space.model import Value  # noqa: E402
 from autotune.study.definition import StudyDefinition, load_study_definition  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
 
@@ -94,7 +95,7 @@ def true_throughput(space: SearchSpace, config: Mapping[str, object], load: Any)
     return value if value > 0 else None
 
 
-def calibration_configs(space: SearchSpace, load: Any) -> dict[str, dict[str, object]]:
+def calibration_configs(space: SearchSpace, load: Any) -> dict[str, dict[str, Value]]:
     """The model's optimum and two configurations a few percent below it."""
     opt = true_optimum(
         concurrency=load.concurrency, input_len=load.input_len, output_len=load.output_len
@@ -207,7 +208,7 @@ def summarize_calibration(
                 "n": len(values),
                 "mean": mean,
                 "rel_sd": statistics.stdev(values) / mean if len(values) > 1 else None,
-                "vs_model": mean / model[name] if model.get(name) else None,
+                "vs_model": mean / expected if (expected := model.get(name)) else None,
             }
         pairs: dict[tuple[str, int], list[float]] = {}
         for r in rows:

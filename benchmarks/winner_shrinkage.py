@@ -66,7 +66,7 @@ def prior(configs, logy, seed):
     return pred
 
 
-_CACHE = {}
+_CACHE: dict[tuple[str, int, float], np.ndarray] = {}
 
 
 def shrink_replay(study, configs, budget, rng, sigma_known=None, final="mean"):
@@ -122,7 +122,7 @@ def main():
     trials = int(sys.argv[4]) if len(sys.argv) > 4 else 100
     for name in names:
         s = load_surface(name)
-        rows = {"race6": [], "shrink6": [], "shrink6-lcb": [], "none": []}
+        rows: dict[str, list[float]] = {"race6": [], "shrink6": [], "shrink6-lcb": [], "none": []}
         for seed in range(1000, 1000 + seeds):
             run = run_one(
                 s,
@@ -154,8 +154,8 @@ def main():
                     1 - true[shrink_replay(st, run.configs, 6, rng3, sig, final="lcb")] / top
                 )
             rows["none"].append(1 - true[replay_study(st, None, rng).winner] / top)
-        for k, v in rows.items():
-            v = np.array(v)
+        for k, values in rows.items():
+            v = np.array(values)
             print(
                 f"{name} {k:12s} within2%={100 * np.mean(v <= 0.02 + 1e-12):5.1f}% "
                 f"shortfall={100 * v.mean():.2f}%"

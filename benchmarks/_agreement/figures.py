@@ -58,6 +58,11 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _ms(seconds: float | None) -> float | None:
+    """Seconds to milliseconds; None (no values to summarize) stays None."""
+    return None if seconds is None else 1000 * seconds
+
+
 def autotune_figures(
     records: Sequence[RequestRecord], metrics: Any, *, first_wave: int = 0,
     offsets: Sequence[float] | None = None,
@@ -80,7 +85,7 @@ def autotune_figures(
         "output_tok_s": m.output_throughput,
         "ttft_p50": m.ttft_ms.p50,
         "ttft_p99": m.ttft_ms.p99,
-        "ttft_p99_after_first_wave": 1000 * _pct(later, 99) if later else None,
+        "ttft_p99_after_first_wave": _ms(_pct(later, 99)),
         "ttft_mean": m.ttft_ms.mean,
         "tpot_mean": m.tpot_ms.mean,
         "e2e_mean": m.e2e_ms.mean,
@@ -96,8 +101,8 @@ def autotune_figures(
         "failed": m.failed,
         "output_tokens": m.output_tokens,
         "input_tokens": m.input_tokens,
-        "itl_mean_vllm": 1000 * _mean(vllm_gaps) if vllm_gaps else None,
-        "e2e_p50_last_text": 1000 * _pct(last_text, 50) if last_text else None,
+        "itl_mean_vllm": _ms(_mean(vllm_gaps)),
+        "e2e_p50_last_text": _ms(_pct(last_text, 50)),
         "request_throughput": m.request_throughput,
         **_autotune_open_loop(records, m, offsets),
     }
@@ -152,7 +157,7 @@ def vllm_figures(
         "output_tok_s": result["output_throughput"],
         "ttft_p50": result["p50_ttft_ms"],
         "ttft_p99": result["p99_ttft_ms"],
-        "ttft_p99_after_first_wave": 1000 * _pct(later, 99) if later else None,
+        "ttft_p99_after_first_wave": _ms(_pct(later, 99)),
         "ttft_mean": result["mean_ttft_ms"],
         "tpot_mean": result["mean_tpot_ms"],
         "e2e_mean": result["mean_e2el_ms"],
@@ -169,8 +174,8 @@ def vllm_figures(
         "output_tokens": result["total_output_tokens"],
         "input_tokens": result["total_input_tokens"],
         "output_tok_s_first_send_last_end": result["total_output_tokens"] / span if span else None,
-        "itl_p50_text_chunks": 1000 * _pct(text_gaps, 50) if text_gaps else None,
-        "itl_mean_text_chunks": 1000 * _mean(text_gaps) if text_gaps else None,
+        "itl_p50_text_chunks": _ms(_pct(text_gaps, 50)),
+        "itl_mean_text_chunks": _ms(_mean(text_gaps)),
         "request_throughput": result["request_throughput"],
         **_vllm_open_loop(result, offsets),
     }
@@ -187,8 +192,8 @@ def _vllm_open_loop(result: Mapping[str, Any], offsets: Sequence[float] | None) 
     return {
         "offered_rate": (len(arrivals) - 1) / span if span > 0 else None,
         "first_arrival_s": offsets[0],
-        "send_lag_p50": 1000 * _pct(lags, 50),
-        "send_lag_p99": 1000 * _pct(lags, 99),
+        "send_lag_p50": _ms(_pct(lags, 50)),
+        "send_lag_p99": _ms(_pct(lags, 99)),
         "send_lag_max": 1000 * max(lags),
         "slot_wait_mean": 1000 * statistics.fmean(queue),
     }

@@ -164,7 +164,7 @@ def _nudge_baseline(r: Recipe, ev: _Evaluator, optimum: float) -> None:
         ratio = _baseline_ratio(ev, r.config_from_codes(codes), optimum)
         if BASELINE_BAND[0] * 1.2 <= ratio <= BASELINE_BAND[1] * 0.9:
             return
-        best = (abs(math.log(max(ratio, 1e-12)) - goal), None, 0)
+        best: tuple[float, str | None, int] = (abs(math.log(max(ratio, 1e-12)) - goal), None, 0)
         for name in movable:
             for code in range(r.lever(name).n):
                 trial = dict(codes, **{name: code})
