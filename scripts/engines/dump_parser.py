@@ -33,7 +33,8 @@ import os
 import re
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # --------------------------------------------------------------------------- import shim
 
@@ -68,6 +69,8 @@ class _Inert:
 
 
 class _InertModule(types.ModuleType):
+    __version__: str
+
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
@@ -145,14 +148,16 @@ def _sglang_env() -> list[dict[str, Any]]:
         field = vars(Envs)[name]
         if isinstance(field, EnvField):
             default = getattr(field, "default", None)
-            out.append({"name": name, "kind": type(field).__name__, "default": _json_value(default)})
+            kind = type(field).__name__
+            out.append({"name": name, "kind": kind, "default": _json_value(default)})
     return out
 
 
 def _vllm_env() -> list[dict[str, Any]]:
     import vllm.envs
 
-    return [{"name": n, "kind": "env", "default": None} for n in sorted(vllm.envs.environment_variables)]
+    names = sorted(vllm.envs.environment_variables)
+    return [{"name": n, "kind": "env", "default": None} for n in names]
 
 
 def _router_parser() -> argparse.ArgumentParser:
@@ -276,7 +281,7 @@ def _json_value(value: Any) -> Any:
         return sorted(_json_value(v) for v in value)
     if isinstance(value, dict):
         return {str(k): _json_value(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int, float)):
+    if hasattr(value, "value") and isinstance(value.value, (str, int, float)):
         return value.value  # an Enum member
     if callable(value):  # a default computed at parse time: its name, never its address
         return f"<callable {getattr(value, '__qualname__', type(value).__name__)}>"
@@ -409,11 +414,11 @@ def _distribution(package: str | tuple[str, ...]) -> tuple[str, str]:
         except PackageNotFoundError:
             continue
         for top, owners in packages_distributions().items():
-            module = sys.modules.get(top)
-            if name not in owners or module is None or not getattr(module, "__file__", None):
+            file = getattr(sys.modules.get(top), "__file__", None)
+            if name not in owners or not file:
                 continue
             own = dist.locate_file(f"{top}/__init__.py")
-            if os.path.realpath(str(own)) == os.path.realpath(module.__file__):
+            if os.path.realpath(str(own)) == os.path.realpath(file):
                 return name, dist.version
     raise SystemExit(f"none of {package} provides the imported parser")
 

@@ -46,6 +46,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tomllib
 
@@ -147,11 +148,11 @@ def download(spec: Spec, cache: Path) -> list[Path]:
     chosen = []
     for requirement in spec.wheels:
         name, version_pin = _requirement_name(requirement), requirement.split("==", 1)[1]
-        wheel = found.get(name)
-        if wheel is None or f"-{version_pin}-" not in wheel.name:
+        match = found.get(name)
+        if match is None or f"-{version_pin}-" not in match.name:
             matches = [w.name for w in cache.glob("*.whl") if _dist_name(w.name) == name]
             raise KitError(f"{requirement}: no matching wheel in {cache} ({matches or 'none'})")
-        chosen.append(wheel)
+        chosen.append(match)
     return chosen
 
 
@@ -195,7 +196,7 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
     staged = staging / spec.name
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
-    records = []
+    records: list[dict[str, Any]] = []
     for wheel in wheels:
         name = _dist_name(wheel.name)
         target = staged / wheel.name
@@ -235,7 +236,7 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
             parts.append({"file": part.name, "bytes": len(block),
                           "sha256": hashlib.sha256(block).hexdigest()})
             index += 1
-    kit = {"name": spec.name, "python": spec.python, "check": list(spec.check),
+    kit: dict[str, Any] = {"name": spec.name, "python": spec.python, "check": list(spec.check),
            "payload": {"bytes": payload.stat().st_size, "sha256": sha256(payload)},
            "parts": parts, "wheels": records}
     (out_dir / "kit.json").write_text(json.dumps(kit, indent=1) + "\n")

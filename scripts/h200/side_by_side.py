@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # --continuous-batching --cb-use-cuda-graph --cb-max-batch-tokens 512, every other lever at
 # its default (block size 256, KV sized from free memory, 90% of it).
-TRANSFORMERS_HAND_PICKED = {
+TRANSFORMERS_HAND_PICKED: dict[str, bool | int | float | str] = {
     "continuous_batching": True,
     "attn_implementation": "default",
     "dtype": "auto",
@@ -40,13 +40,13 @@ TRANSFORMERS_HAND_PICKED = {
 }
 # DOMAIN.md §8b, picked by hand on the 7B model: fp8 weights + fp8 KV + async scheduling (on by
 # default in 0.26.0) + 16k batched tokens; 9,164 tok/s at C=64, 1,024 in / 256 out.
-VLLM_DENSE_HAND_PICKED = {
+VLLM_DENSE_HAND_PICKED: dict[str, bool | int | float | str] = {
     "quantization": "fp8",
     "kv_cache_dtype": "fp8",
     "max_num_batched_tokens": 16384,
 }
 # DOMAIN.md §8b on the MoE model: --quantization fp8 (36% slower than the defaults by hand).
-VLLM_MOE_HAND_PICKED = {"quantization": "fp8"}
+VLLM_MOE_HAND_PICKED: dict[str, bool | int | float | str] = {"quantization": "fp8"}
 HAND_PICKED = {
     "transformers-serve-h200-check": TRANSFORMERS_HAND_PICKED,
     "vllm-h200-dense-check": VLLM_DENSE_HAND_PICKED,
