@@ -67,11 +67,13 @@ vllm-cpu: $(STAMP)
 	$(VENV)/bin/autotune best --study $(VLLM_STUDY) --minimal
 	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
-# ruff, mypy (the package and the benchmarks), and the import contracts of pyproject.toml ([tool.importlinter]).
+# ruff, mypy (the package, the benchmarks, the tests and the scripts), and the import contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check autotune tests benchmarks
+	$(VENV)/bin/ruff check autotune tests benchmarks scripts
 	$(VENV)/bin/mypy autotune
 	$(VENV)/bin/mypy --explicit-package-bases benchmarks
+	$(VENV)/bin/mypy --explicit-package-bases tests
+	$(VENV)/bin/mypy --explicit-package-bases scripts
 	$(VENV)/bin/lint-imports
 
 clean:

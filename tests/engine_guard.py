@@ -63,7 +63,7 @@ class RealEngineGuard:
         if report.when == "call" and report.passed:
             self.passed[path] = self.passed.get(path, 0) + 1
         elif not report.passed:
-            outcome = "error" if report.failed and report.when != "call" else report.outcome
+            outcome: str = "error" if report.failed and report.when != "call" else report.outcome
             if report.skipped and isinstance(report.longrepr, tuple):
                 outcome += f" ({report.longrepr[2].removeprefix('Skipped: ')})"
             self.spoiled.setdefault(path, []).append(f"{report.nodeid}: {outcome}")

@@ -28,7 +28,8 @@ DEFINED_ELSEWHERE = [
 
 
 def _subclasses(cls: type) -> list[type]:
-    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+    subs: list[type] = cls.__subclasses__()
+    return [c for sub in subs for c in (sub, *_subclasses(sub))]
 
 
 @pytest.mark.parametrize("cls", DEFINED_ELSEWHERE, ids=lambda c: c.__name__)

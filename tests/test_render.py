@@ -142,7 +142,7 @@ def test_no_flag_emitted_twice_but_untouched_repeats_kept(dep: Deployment, tmp_p
     remove=st.sets(st.sampled_from(["--d", "--e", "--g"])),
 )
 def test_property_each_set_flag_exactly_once(
-    base: list[str], flags: dict[str, str | None], remove: set[str]
+    base: list[str], flags: dict[str, str | tuple[str, ...] | None], remove: set[str]
 ) -> None:
     out = apply_flags(
         ["prog", *base], ServiceSettings(flags=flags, remove_flags=remove), service="s"

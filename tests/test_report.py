@@ -729,10 +729,10 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
     assert error.search(out) is None, error.search(out)
     starts = sorted(out.index(f'id="{p}"') for p in ("plot-curves", "plot-frontier"))
     for start in starts:
-        block = out[start : out.find('id="plot-', start + 10)]
-        assert "js-plotly-plot" in block[:300]
-        assert 'class="main-svg"' in block
-        assert block.count('class="point"') >= 10  # markers drawn
+        plotted = out[start : out.find('id="plot-', start + 10)]
+        assert "js-plotly-plot" in plotted[:300]
+        assert 'class="main-svg"' in plotted
+        assert plotted.count('class="point"') >= 10  # markers drawn
     curves = out[starts[0] : out.find('id="plot-', starts[0] + 10)]
     assert curves.count('class="xy"') + curves.count('class="x2y2"') >= 2  # both subplots
 

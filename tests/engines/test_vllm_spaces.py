@@ -357,7 +357,9 @@ def _sets_variables_only(target: Any) -> bool:
     if isinstance(target, EnvTarget):
         return True
     entries = getattr(target, "map", None)
-    return bool(entries) and all(not e.flags and not e.switches for e in entries.values())
+    if not entries:
+        return False
+    return all(not e.flags and not e.switches for e in entries.values())
 
 
 @pytest.mark.parametrize("name", NAMES)

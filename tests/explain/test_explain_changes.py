@@ -5,6 +5,7 @@ Small spaces written to files and loaded like any other; no Optuna, no servers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from autotune.explain import ChangeSet
 from autotune.space import SearchSpace, load_space
 
 
-def _changes(space: SearchSpace, winner: dict[str, object]) -> ChangeSet:
+def _changes(space: SearchSpace, winner: Mapping[str, object]) -> ChangeSet:
     return ChangeSet(space, baseline=space.baseline_params(), winner=winner)
 
 

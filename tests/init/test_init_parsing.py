@@ -117,12 +117,14 @@ def test_options_are_typed_by_the_parser() -> None:
         "--no-enable-prefix-caching": False,
         "--kv-cache-dtype": "fp8",
     }
-    assert service.option("--gpu-memory-utilization").eq
+    gpu_util = service.option("--gpu-memory-utilization")
+    assert gpu_util is not None and gpu_util.eq
     router, _ = read(
         "python -m sglang_router.launch_router --pd-disaggregation --prefill http://p:1 8998 "
         "--decode http://d:2 --port 8000"
     )
-    assert router.option("--prefill").value == ["http://p:1", "8998"]
+    prefill = router.option("--prefill")
+    assert prefill is not None and prefill.value == ["http://p:1", "8998"]
     assert router.role == "router" and router.port == 8000
 
 

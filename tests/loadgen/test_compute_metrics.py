@@ -163,6 +163,7 @@ def test_rescale_time_converts_to_modeled_clock() -> None:
     assert slow.output_throughput == pytest.approx(fast.output_throughput / 8)
     assert slow.request_throughput == pytest.approx(fast.request_throughput / 8)
     assert slow.duration_s == pytest.approx(8.0)
+    assert fast.ttft_ms.p99 is not None and fast.tpot_ms.mean is not None
     assert slow.ttft_ms.p99 == pytest.approx(fast.ttft_ms.p99 * 8)
     assert slow.tpot_ms.mean == pytest.approx(fast.tpot_ms.mean * 8)
     assert slow.completed == fast.completed and slow.error_rate == fast.error_rate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,8 +98,14 @@ def _estimate(bins: np.ndarray, latency_s: float) -> tuple[float, float | None]:
     )
 
 
-NOISY = {"streams": 4, "tokens": 32, "step_s": 0.001, "step_jitter": 0.9, "prefill_s": 0.002}
-NOISY_SPEC = {**NOISY, "accept": (0.7, 0.5)}
+NOISY: dict[str, Any] = {
+    "streams": 4,
+    "tokens": 32,
+    "step_s": 0.001,
+    "step_jitter": 0.9,
+    "prefill_s": 0.002,
+}
+NOISY_SPEC: dict[str, Any] = {**NOISY, "accept": (0.7, 0.5)}
 
 
 def test_t_quantiles() -> None:
@@ -137,7 +144,13 @@ def test_coverage_of_a_fixed_window() -> None:
 
 def test_coverage_with_a_start_up_ramp_and_lockstep_rounds() -> None:
     """16 streams restarting together, little noise: the ramp is the error, and it is covered."""
-    kw = {"streams": 16, "tokens": 64, "step_s": 0.0015, "step_jitter": 0.02, "prefill_s": 0.004}
+    kw: dict[str, Any] = {
+        "streams": 16,
+        "tokens": 64,
+        "step_s": 0.0015,
+        "step_jitter": 0.02,
+        "prefill_s": 0.004,
+    }
     truth, cycle = _truth(horizon_s=40.0, **kw)
     for seed in range(20):
         bins, lat = _closed_loop(seed, horizon_s=8 * cycle, **kw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def test_schedule_is_a_function_of_rate_burstiness_and_seed() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"rate": 0}, {"rate": float("inf")}, {"rate": 1, "burstiness": 0}])
-def test_schedule_refuses_bad_settings(bad: dict[str, float]) -> None:
+def test_schedule_refuses_bad_settings(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="positive finite"):
         ArrivalSchedule(**bad)
 

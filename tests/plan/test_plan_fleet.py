@@ -136,7 +136,7 @@ def test_replicas_are_counted_from_the_lower_bound_not_the_mean(tmp_path: Path) 
         assert r.replicas == math.ceil(10.0 * (1 + 0.2) / r.rate_lower)
         assert r.gpus_per_replica == 8 and r.gpus == 8 * r.replicas
         assert r.rate_per_gpu == pytest.approx(r.rate_lower / 8)
-        assert r.cost_per_hour == pytest.approx(3.0 * r.gpus)
+        assert r.cost_per_hour is not None and r.cost_per_hour == pytest.approx(3.0 * r.gpus)
         assert r.output_tokens_per_request == pytest.approx(TOKENS_PER_REQUEST)
         tokens_per_hour = 10.0 * TOKENS_PER_REQUEST * 3600
         assert r.cost_per_million_tokens == pytest.approx(r.cost_per_hour / tokens_per_hour * 1e6)

@@ -232,7 +232,8 @@ def test_no_planted_secret_leaves_the_services(
     if lab is not None:
         assert list((tmp_path / "host-run").rglob("prefill.env")), "prefill did not run on SSH"
 
-    leaks = {name: _leaks(blob, canaries) for name, blob in {**outputs, **products}.items()}
+    blobs: dict[str, str | bytes] = {**outputs, **products}
+    leaks = {name: _leaks(blob, canaries) for name, blob in blobs.items()}
     assert not {k: v for k, v in leaks.items() if v}, leaks
     assert _leaks(f"x {API_KEY} {key_lines[0]}", canaries)  # the grep itself works
 

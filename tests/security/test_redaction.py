@@ -187,7 +187,8 @@ def test_redact_a_trial_everywhere_and_nothing_else() -> None:
         "max_total_tokens": 4096,
     }
     assert out["reason"] == f"decode: exited with code 1: bad key {REDACTED}"
-    tail = out["log_tail"]  # type: ignore[index]
+    tail = out["log_tail"]
+    assert isinstance(tail, str)  # the log tail, as stored
     assert f"api_key='{REDACTED}', hf_token='{REDACTED}'" in tail
     assert "postgresql://tuner:<redacted>@db/optuna" in tail and "PRIVATE KEY" not in tail
     assert out["metrics"] == attrs["metrics"] and out["config"] == attrs["config"]

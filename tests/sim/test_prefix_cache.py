@@ -9,6 +9,7 @@ import json
 import random
 import re
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -178,7 +179,7 @@ def test_a_shared_prefix_costs_only_the_suffix(mode: str) -> None:
 def test_expectation_is_unchanged_without_a_shared_prefix() -> None:
     for levers in (BASELINE, FAST_LEVERS):
         cfg = config_from_levers(levers)
-        kw = {"concurrency": 16, "input_len": 4096, "output_len": 64}
+        kw: dict[str, Any] = {"concurrency": 16, "input_len": 4096, "output_len": 64}
         assert pm.expectation(cfg, **kw) == pm.expectation(cfg, shared_prefix=0, **kw)
     fast = config_from_levers(FAST_LEVERS)
     kw = {"concurrency": 16, "input_len": 4096, "output_len": 64}

@@ -123,7 +123,7 @@ def test_worker_record_heartbeat_and_stop(url: str) -> None:
 def test_a_live_name_is_refused_a_dead_one_is_reused(url: str) -> None:
     study = _study(url)
     now = dt.datetime.now(dt.timezone.utc).isoformat()
-    live = {
+    live: dict[str, str | int | float] = {
         "name": "w1", "host": os.uname().nodename, "pid": os.getppid(), "deployment": "sim",
         "started_at": now, "seen_at": now, "state": "running", "lease_s": 60.0,
         "heartbeat_s": 10.0,
@@ -183,8 +183,9 @@ def test_lost_trials_by_heartbeat_and_by_worker_record(url: str) -> None:
         (orphan.number, None),
     ]
     by_number = {x.number: x for x in lost}
-    assert by_number[silent.number].silent_s is not None
-    assert by_number[silent.number].silent_s >= 29
+    silent_s = by_number[silent.number].silent_s
+    assert silent_s is not None
+    assert silent_s >= 29
     assert lost_trials(study, lease_s=60, exclude_worker="me") == []
 
 

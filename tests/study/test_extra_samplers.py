@@ -238,7 +238,7 @@ def test_several_objectives(space: SearchSpace) -> None:
         config = space.suggest(trial)
         score = _score(dict(config)) or 0.0
         trial.set_constraint("feasible", 0.0 if score else 1.0)
-        study.tell(trial, [score, config["batch"]])
+        study.tell(trial, [score, float(config["batch"])])  # what tell does with it
     assert len(study.best_trials) >= 1
 
 

@@ -9,6 +9,7 @@ right" is the optimum itself.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
@@ -22,7 +23,7 @@ BEST = {"a": 3, "b": 1, "c": 2, "d": 0, "e": 3}
 SEEDS = range(12)
 
 
-def _space(hints: dict[str, tuple[object, float]]) -> SearchSpace:
+def _space(hints: Mapping[str, tuple[object, float]]) -> SearchSpace:
     params: dict[str, Any] = {}
     for name in BEST:
         params[name] = {"type": "categorical", "choices": [0, 1, 2, 3], "target": {"env": name}}
@@ -59,7 +60,7 @@ def _study(space: SearchSpace, seed: int) -> optuna.Study:
     return study
 
 
-def _trials_to_95(hints: dict[str, tuple[object, float]], seed: int, budget: int = 60) -> int:
+def _trials_to_95(hints: Mapping[str, tuple[object, float]], seed: int, budget: int = 60) -> int:
     space = _space(hints)
     study = _study(space, seed)
     best = 0.0

@@ -61,6 +61,7 @@ def _race(
         decision = policy.decide(arms, spent=len(stored) + len(done), noise=noise)
         if decision.stop or (stop_after is not None and len(done) >= stop_after):
             return done, decision
+        assert decision.measure is not None  # not stopped
         n, r = decision.measure
         assert r == max(repeats[n], default=0) + 1
         v = true[n] * math.exp(rng.normal(0.0, sigma))
@@ -244,7 +245,7 @@ def _study(tmp_path: Path, name: str = "s") -> optuna.Study:
 def _remeasurer(
     study: optuna.Study,
     tmp_path: Path,
-    pipeline: _Pipeline,
+    pipeline: _Pipeline | _CapacityPipeline,
     settings: RemeasureSettings,
     *,
     worker: str = "w1",

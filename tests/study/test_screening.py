@@ -7,17 +7,18 @@ import math
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial
 
 from autotune.study import samplers
 from autotune.study.screening import pair_scores
 
-DISTS = {
+CHOICES = {
     "a": CategoricalDistribution(["a0", "a1", "a2"]),
     "b": CategoricalDistribution(["b0", "b1", "b2", "b3"]),
     "c": CategoricalDistribution(["c0", "c1"]),
-    "n": IntDistribution(1, 64, log=True),
 }
+DISTS: dict[str, BaseDistribution] = {**CHOICES, "n": IntDistribution(1, 64, log=True)}
 
 
 def _value(p: dict) -> float:
@@ -30,7 +31,7 @@ def _observations(n: int, seed: int) -> list[tuple[dict, float]]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        p = {k: d.choices[rng.integers(len(d.choices))] for k, d in DISTS.items() if k != "n"}
+        p = {k: d.choices[rng.integers(len(d.choices))] for k, d in CHOICES.items()}
         p["n"] = int(rng.integers(1, 65))
         out.append((p, _value(p) * math.exp(rng.normal(0, 0.02))))
     return out
@@ -61,9 +62,12 @@ def test_local_moves_try_the_evidenced_pair_and_skip_pairs_without_evidence() ->
     for p, v in _observations(30, seed=2) + needle_trials:
         study.add_trial(optuna.trial.create_trial(params=p, distributions=DISTS, value=v))
     trials = study.trials
-    best = max(
-        (t for t in trials if (t.params["a"], t.params["b"]) != ("a2", "b3")), key=lambda t: t.value
-    )
+
+    def value_of(t: FrozenTrial) -> float:
+        assert t.value is not None  # every trial was added with its value
+        return t.value
+
+    best = max((t for t in trials if (t.params["a"], t.params["b"]) != ("a2", "b3")), key=value_of)
     scores = samplers._pair_scores(study, trials, set())
     moves = [
         params
@@ -76,7 +80,7 @@ def test_local_moves_try_the_evidenced_pair_and_skip_pairs_without_evidence() ->
         assert needle in moves
     assert all(len(changed) == 2 for changed in pairs)
     untried_pairs = sum(
-        (len(DISTS[x].choices) - 1) * (len(DISTS[y].choices) - 1)
+        (len(CHOICES[x].choices) - 1) * (len(CHOICES[y].choices) - 1)
         for x, y in itertools.combinations(("a", "b", "c"), 2)
     )
     assert len(moves) < untried_pairs  # only pairs with evidence are moved together

@@ -109,7 +109,7 @@ def test_without_nvml_every_trial_says_none_and_why(tmp_path: Path) -> None:
     assert f"│ GPU telemetry │ none ({reason})" in " ".join(best.stdout.split())
 
 
-NONE = {
+NONE: dict[str, object] = {
     "interval_s": None,
     "duration_s": None,
     "samples": 0,

@@ -90,7 +90,7 @@ def pipeline(launcher: LocalLauncher, kind: str, plan: MeasurePlan, **load: Any)
 
 
 def config(p: TrialPipeline) -> dict[str, Any]:
-    params = dict(p.space.baseline_params())
+    params: dict[str, object] = dict(p.space.baseline_params())
     params.update(CONFIG)
     return p.space.complete(params)
 

@@ -83,6 +83,7 @@ def test_a_forbidden_config_is_an_outcome_and_launches_nothing(tmp_path: Path) -
     outcome = pipeline.evaluate(pipeline.space.complete(config))
     assert launcher.applied == 0
     assert outcome.failure == "forbidden" and not outcome.feasible
+    assert outcome.record.reason is not None
     assert outcome.record.violations and outcome.record.violations[0] in outcome.record.reason
     assert outcome.values == OBJECTIVE.failed_values()
     assert outcome.record.services == {}  # never rendered
