@@ -189,6 +189,26 @@ class Server:
 
 
 @contextlib.contextmanager
+def _serving(
+    cmd: list[str], env: dict[str, str], out: Path, port: int, model: str, *, ready_s: float
+) -> Iterator[Server]:
+    """``cmd`` started with ``env`` over this environment (log: out/server.log, placed by
+    :data:`CHILD_PLACEMENT`), healthy within ``ready_s``, stopped on exit."""
+    log = out / "server.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
+            **CHILD_PLACEMENT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, ready_s, log)
+        yield Server(url, model, cmd, env, proc.pid)
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
 def sim_server(
     out: Path, *, noise: float, seed: int, prefix_cache: bool = True
 ) -> Iterator[Server]:
@@ -206,18 +226,8 @@ def sim_server(
         "AUTOTUNE_SIM_LOAD_SECONDS": "0.2",
     }
     cmd = [sys.executable, "-m", "autotune.sim.server", *argv]
-    log = out / "server.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            cmd, env={**os.environ, **env}, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-            **CHILD_PLACEMENT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, 30, log)
-        yield Server(url, SERVED_NAME, cmd, env, proc.pid)
-    finally:
-        stop(proc)
+    with _serving(cmd, env, out, port, SERVED_NAME, ready_s=30) as server:
+        yield server
 
 
 def vllm_kernels_problem(python: Path) -> str | None:
@@ -263,18 +273,8 @@ def vllm_server(out: Path, python: Path, tokenizer: Path) -> Iterator[Server]:
         "VLLM_NO_USAGE_STATS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    log = out / "server.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            cmd, env={**os.environ, **env}, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-            **CHILD_PLACEMENT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, 300, log)
-        yield Server(url, VLLM_MODEL, cmd, env, proc.pid)
-    finally:
-        stop(proc)
+    with _serving(cmd, env, out, port, VLLM_MODEL, ready_s=300) as server:
+        yield server
 
 
 def vllm_python() -> Path:
