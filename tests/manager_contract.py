@@ -14,6 +14,7 @@ answers the server's pid, which is how the tests follow processes whatever runs 
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 import time
@@ -38,7 +39,25 @@ NCCL_LINE = (
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A free port below the ephemeral range. A port the kernel hands out (bind to 0) comes from
+    the range that every outgoing connection takes its source port from, so between the pick and
+    the service's start another process's connection could hold it (a clean-clone run at
+    ae97a3f: port_in_use, 127.0.0.1:41437); below the range only an explicit bind takes it."""
+    low = 20_000
+    try:
+        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32_768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(low, max(first, low + 1_000))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # the range is crowded: let the kernel choose
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
