@@ -8,8 +8,11 @@ process. The launcher therefore waits, bounded, until the port can be bound.
 from __future__ import annotations
 
 import contextlib
+import errno
+import random
 import socket
 import time
+from pathlib import Path
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -43,20 +46,79 @@ def wait_port_free(host: str, port: int, *, timeout_s: float, interval_s: float 
 
 
 _HANDED_OUT: set[tuple[str, int]] = set()
-"""Ports this process already picked: the OS may hand a released ephemeral port out again at
-once, and a second deployment in the same process (a test, a benchmark running two sessions)
-must not get a port the first one's servers are about to bind."""
+"""Ports this process already picked: a second deployment in the same process (a test, a
+benchmark running two sessions) must not get a port the first one's servers are about to bind."""
+
+LOWEST_PICKED = 20_000
+"""The lowest port :func:`pick_free_ports` hands out. Below it sit most registered services
+(PostgreSQL 5432, the 8000/8080 family, Prometheus 9090, ...) that may start after the pick."""
+
+_PROC_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PROC_RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+
+
+def ephemeral_start() -> int:
+    """First port of the range the kernel takes outgoing connections' source ports from.
+
+    Linux says it in ``ip_local_port_range`` (32768 by default); elsewhere 32768 is below
+    the range (macOS and Windows start at 49152)."""
+    try:
+        return int(_PROC_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def reserved_ports() -> set[int]:
+    """Ports the administrator reserved (``ip_local_reserved_ports``: "8080,9000-9010")."""
+    try:
+        text = _PROC_RESERVED.read_text().strip()
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        with contextlib.suppress(ValueError):
+            out.update(range(int(low), int(high or low) + 1))
+    return out
 
 
 def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -> list[int]:
-    """``count`` distinct ports the OS reports free on ``host`` now (bind to port 0).
+    """``count`` distinct ports free on ``host`` now, below the ephemeral range.
+
+    Why not bind to port 0: the kernel answers from the ephemeral range, the same range every
+    outgoing connection on the machine takes its source port from. Between the pick and the
+    server's start (a vLLM start takes minutes) any connection could hold the port, and the
+    trial dies with "Address already in use" (seen in this project's own test runs). Below
+    the range only an explicit bind takes a port. When that band is too narrow (an
+    administrator widened the ephemeral range) or crowded, the kernel chooses after all.
 
     All sockets stay open until every port is chosen so the same port is not returned
     twice; ``exclude`` are ports already taken by the caller (fixed ports in a file), and no
     port this process picked before is returned again.
     """
+    skip = (exclude or set()) | reserved_ports()
+    skip |= {p for h, p in _HANDED_OUT if h == host}
+    high = ephemeral_start()
     ports: list[int] = []
+    rng = random.Random()
     with contextlib.ExitStack() as stack:
+        if high - LOWEST_PICKED >= 1_000:
+            for _ in range(50 * count + 200):
+                if len(ports) == count:
+                    break
+                port = rng.randrange(LOWEST_PICKED, high)
+                if port in skip or port in ports:
+                    continue
+                sock = socket.socket(_family(host), socket.SOCK_STREAM)
+                try:
+                    sock.bind((host, port))
+                except OSError as exc:
+                    sock.close()
+                    if exc.errno == errno.EADDRINUSE:
+                        continue
+                    raise  # an address of another machine: the caller says so
+                stack.enter_context(sock)
+                ports.append(port)
         attempts = 0
         while len(ports) < count:
             attempts += 1
@@ -65,8 +127,13 @@ def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -
             sock = stack.enter_context(socket.socket(_family(host), socket.SOCK_STREAM))
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-            if (exclude and port in exclude) or (host, port) in _HANDED_OUT:
+            if port in skip or port in ports:
                 continue
             ports.append(port)
     _HANDED_OUT.update((host, p) for p in ports)
     return ports
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """One port of :func:`pick_free_ports`: for a test rig or a benchmark's server."""
+    return pick_free_ports(host, 1)[0]

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from autotune.ports import pick_free_port as free_port
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
@@ -280,10 +281,6 @@ def peer_figures(out_dir: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ driver
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

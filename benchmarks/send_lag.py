@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,14 +35,9 @@ import numpy as np
 
 from autotune.loadgen import LoadSpec, run_load
 from autotune.loadgen import client as loadgen_client
+from autotune.ports import pick_free_port as _free_port
 
 DEFAULT_SPIN = loadgen_client._OpenLoop.SPIN_S
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(

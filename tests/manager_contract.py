@@ -14,7 +14,6 @@ answers the server's pid, which is how the tests follow processes whatever runs 
 
 from __future__ import annotations
 
-import random
 import socket
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 
 from autotune.errors import LaunchError
 from autotune.launch.base import Launcher
+from autotune.ports import pick_free_port as free_port
 from autotune.specs import ServiceSpec
 
 PY = sys.executable
@@ -36,30 +36,6 @@ NCCL_LINE = (
     "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
     "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 ms"
 )
-
-
-def free_port() -> int:
-    """A free port below the ephemeral range. A port the kernel hands out (bind to 0) comes from
-    the range that every outgoing connection takes its source port from, so between the pick and
-    the service's start another process's connection could hold it (a clean-clone run at
-    ae97a3f: port_in_use, 127.0.0.1:41437); below the range only an explicit bind takes it."""
-    low = 20_000
-    try:
-        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        first = 32_768
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(low, max(first, low + 1_000))
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # the range is crowded: let the kernel choose
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def running(pid: int) -> bool:

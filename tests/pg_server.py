@@ -36,6 +36,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from autotune.ports import pick_free_port as free_port
+
 PG_OS_USER = "autotune-pg"
 """The unprivileged system user the server runs as when the tests run as root."""
 
@@ -93,12 +95,6 @@ def missing_reason() -> str | None:
 def pg_required() -> bool:
     """True when ``AUTOTUNE_REQUIRE_PG`` asks for the PostgreSQL tests to run (CI)."""
     return os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _os_user() -> pwd.struct_passwd | None:

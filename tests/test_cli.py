@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ import httpx
 import pytest
 from e2e_helpers import E2E_STUDY, REPO, autotune_cli, load
 
+from autotune.ports import pick_free_port as _free_port
+
 SPACE = REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from net_helpers import listeners, stop, wait_listening
 
 from autotune.dashboard import serve_dashboard
 from autotune.errors import ConfigError, StorageError
+from autotune.ports import pick_free_port as free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -25,12 +26,6 @@ SERVE = (
     "import sys; from autotune.dashboard import serve_dashboard; "
     "serve_dashboard(sys.argv[1], port=int(sys.argv[2]), artifact_dir=sys.argv[3])"
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

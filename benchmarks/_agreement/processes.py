@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from autotune.ports import pick_free_port as free_port
 from autotune.sim.levers import BASELINE, SERVED_NAME, levers_to_command
 
 from .constants import REPO
@@ -137,12 +137,6 @@ def tree_cpu_seconds(pids: Sequence[int]) -> float:
 
 
 # ------------------------------------------------------------------------ processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log: Path) -> None:

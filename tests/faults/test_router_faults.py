@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from fault_fixtures import StartServer, Timer
 
 from autotune.errors import BenchError
 from autotune.loadgen import LoadSpec, run_load
+from autotune.ports import pick_free_port as _free_port
 
 ROUTER_TIMEOUT_S = 1  # whole seconds (the flag is an int)
 
@@ -25,12 +25,6 @@ def routers() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         proc.kill()
         proc.wait(5)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_router(

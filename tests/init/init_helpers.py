@@ -7,7 +7,6 @@ the suite's shared helpers (``e2e_helpers``) sit one level up and the real-sshd 
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,9 +49,3 @@ class Init:
     def load(self, name: str = "imported") -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         dep, space, study = (yaml.safe_load(p.read_text()) for p in self.files(name))
         return dep, space, study
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,15 +9,10 @@ from pathlib import Path
 import pytest
 
 from autotune.launch import LocalLauncher
+from autotune.ports import pick_free_port as free_port
 from autotune.specs import ServiceSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "service.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_kv(log_file: str | Path) -> list[dict[str, str]]:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from autotune.ports import pick_free_port as free_port
 from autotune.remote.shell import LocalShell
 from autotune.specs import ServiceSpec
 
@@ -43,12 +43,6 @@ SIM_OOM = (
     "--speculative-num-draft-tokens",
     "5",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(pred: Callable[[], object], *, timeout_s: float, interval_s: float = 0.05) -> bool:

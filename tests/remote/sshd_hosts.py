@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 import yaml
 
+from autotune.ports import pick_free_port as free_port
 from autotune.remote.hosts import HostSpec
 
 FAKE_SYSTEMD_DIR = Path(__file__).resolve().parent / "fake_systemd"
@@ -113,12 +114,6 @@ def run_in_namespace(
 def popen_in_namespace(ns: str, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
     """Start ``argv`` inside ``ns`` (``ip netns exec`` execs it, so the pid is the program's)."""
     return subprocess.Popen(["ip", "netns", "exec", ns, *argv], **popen_kwargs)
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_port(address: str, port: int, *, timeout_s: float = 10.0) -> bool:

@@ -13,7 +13,6 @@ loopback addresses.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from net_helpers import stop, wait_listening
 
 from autotune.deployment import load_deployment
+from autotune.ports import pick_free_port as free_port
 from autotune.render import render
 from autotune.space import load_space
 
@@ -34,12 +34,6 @@ SECOND_LOOPBACK = "0200007F"  # 127.0.0.2
 pytestmark = pytest.mark.skipif(
     not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net/tcp"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

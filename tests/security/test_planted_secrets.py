@@ -14,7 +14,6 @@ real values, their own logs hold them, and the study holds the scrubbed log line
 from __future__ import annotations
 
 import os
-import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 from e2e_helpers import E2E_STUDY, FAST_CONFIG, REPO, autotune_cli
 from optuna.trial import TrialState
 
+from autotune.ports import pick_free_port as _free_port
 from autotune.space import load_space
 
 pytestmark = [
@@ -66,12 +66,6 @@ def lab(
         yield built
     finally:
         release_lab()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _keyed(command: list[str], *key_args: str) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import aiohttp
 import httpx
 import pytest
 
+from autotune.ports import pick_free_port as free_port
 from autotune.sim.levers import levers_to_command
 
 FAST_LEVERS: dict[str, object] = {
@@ -61,12 +61,6 @@ def router_argv(
         "--shutdown-grace-period-secs",
         "1",
     ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:
