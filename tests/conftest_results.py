@@ -1,6 +1,6 @@
 """Factory for real Optuna studies (SQLite under tmp_path) that follow the stored trial schema.
 
-Used by tests/test_results.py, tests/test_report.py, tests/test_dashboard.py and (through
+Used by tests/test_results.py, tests/report/, tests/test_dashboard.py and (through
 tests/export/conftest.py) tests/export/. Plain functions, not fixtures, so each test builds
 exactly the study it needs.
 """
