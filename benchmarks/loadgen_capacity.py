@@ -43,9 +43,13 @@ from typing import Any
 
 import httpx
 
-from autotune.ports import pick_free_port as free_port
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # benchmarks._procfs when run as a script
+
+from autotune.ports import pick_free_port as free_port  # noqa: E402
+from benchmarks._procfs import cpu_seconds as _cpu_seconds  # noqa: E402
+from benchmarks._procfs import process_tree as _tree  # noqa: E402
+
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 SERVER_FLAGS = [
     "--model-path", "/models/DeepSeek-V4-Flash-NVFP4", "--served-model-name", MODEL,
@@ -113,32 +117,6 @@ def child_ours(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ sampling
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _tree(root: int) -> list[int]:
-    """``root`` and its descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except OSError:
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 class Sampler:
     """Every SAMPLE_S: wall time, the server's token counter, CPU s of server and client."""
 

@@ -19,6 +19,8 @@ import httpx
 from autotune.ports import pick_free_port as free_port
 from autotune.sim.levers import BASELINE, SERVED_NAME, levers_to_command
 
+from .._procfs import cpu_seconds as _cpu_seconds
+from .._procfs import process_tree
 from .constants import REPO
 
 VLLM_ENV = REPO / ".venv-engines" / "vllm-0.32.0"
@@ -39,32 +41,6 @@ SIM_LEVERS: dict[str, object] = {
 
 
 # ------------------------------------------------------------------------ CPU sampling
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and its live descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 class CpuSampler:
