@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -114,3 +115,17 @@ def figure(raw: str, div_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]
     assert comma is not None
     layout, _ = decoder.raw_decode(raw, comma.end())
     return data, layout
+
+
+def chromium_dom(page: Path, profile: Path) -> str:
+    """The DOM headless Chromium made of ``page`` after its scripts ran (``--dump-dom``)."""
+    assert CHROMIUM is not None
+    proc = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "<section" in proc.stdout, proc.stderr[-2000:]
+    return proc.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import optuna
 import pytest
 from conftest_results import BASELINE_PARAMS, TrialSpec, frozen_trial, make_study, typical_specs
 from report_explanations import explained
-from report_page import CHROMIUM, CHROMIUM_FLAGS, PLANTED, figure, parse
+from report_page import CHROMIUM, PLANTED, chromium_dom, figure, parse
 
 from autotune.plan import PlanSettings, store_settings
 from autotune.report import deployment_gpus, nondominated, write_report
@@ -350,22 +349,7 @@ def test_curve_plots_render_in_headless_chromium_without_script_errors(tmp_path:
     def dom(text: str, name: str) -> str:
         target = tmp_path / name
         target.write_text(text, encoding="utf-8")
-        assert CHROMIUM is not None
-        proc = subprocess.run(
-            [
-                CHROMIUM,
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={tmp_path / ('profile-' + name)}",
-                "--dump-dom",
-                target.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "<section" in proc.stdout, proc.stderr[-2000:]
-        return proc.stdout
+        return chromium_dom(target, tmp_path / f"profile-{name}")
 
     error = re.compile(r'data-js-error="([^"]*)"')
     caught = error.search(dom(broken, "control.html"))

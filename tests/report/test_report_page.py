@@ -4,7 +4,6 @@ sections, and a real headless-browser render."""
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from conftest_results import (
     record,
     typical_specs,
 )
-from report_page import CHROMIUM, CHROMIUM_FLAGS, PLACEHOLDERS, PLANTED, PLOTS, parse
+from report_page import CHROMIUM, PLACEHOLDERS, PLANTED, PLOTS, chromium_dom, parse
 
 from autotune.report import write_report
 
@@ -190,22 +189,7 @@ def test_report_renders_in_headless_chromium(
 ) -> None:
     study = big_study(True)
     path = write_report(study, path=tmp_path / "report.html")
-    assert CHROMIUM is not None
-    proc = subprocess.run(
-        [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    dom = proc.stdout
-    assert "<section" in dom, proc.stderr[-2000:]
+    dom = chromium_dom(path, tmp_path / "profile")
     starts = sorted((dom.index(f'id="{p}"'), p) for p in PLOTS)
     for i, (start, plot_id) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else len(dom)
