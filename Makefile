@@ -67,9 +67,10 @@ vllm-cpu: $(STAMP)
 	$(VENV)/bin/autotune best --study $(VLLM_STUDY) --minimal
 	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
-# ruff, mypy (the package, the benchmarks, the tests and the scripts), and the import contracts of pyproject.toml ([tool.importlinter]).
+# ruff (lint rules, and formatting: a file ruff format would change fails), mypy (the package, the benchmarks, the tests and the scripts), and the import contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check autotune tests benchmarks scripts
+	$(VENV)/bin/ruff format --check autotune tests benchmarks scripts
 	$(VENV)/bin/mypy autotune
 	$(VENV)/bin/mypy --explicit-package-bases benchmarks
 	$(VENV)/bin/mypy --explicit-package-bases tests

@@ -41,20 +41,68 @@ from pathlib import Path
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 STAMP = "autotune-model.json"
 PRESETS: dict[str, dict[str, int]] = {
-    "tiny": {"vocab": 4096, "hidden": 256, "intermediate": 512, "layers": 2, "heads": 4,
-             "kv_heads": 4, "max_len": 2048},
-    "h200-2.8b": {"vocab": 4096, "hidden": 3072, "intermediate": 8192, "layers": 28,
-                  "heads": 24, "kv_heads": 8, "max_len": 4096},
-    "h200-7b": {"vocab": 4096, "hidden": 4096, "intermediate": 14336, "layers": 32,
-                "heads": 32, "kv_heads": 8, "max_len": 8192},
+    "tiny": {
+        "vocab": 4096,
+        "hidden": 256,
+        "intermediate": 512,
+        "layers": 2,
+        "heads": 4,
+        "kv_heads": 4,
+        "max_len": 2048,
+    },
+    "h200-2.8b": {
+        "vocab": 4096,
+        "hidden": 3072,
+        "intermediate": 8192,
+        "layers": 28,
+        "heads": 24,
+        "kv_heads": 8,
+        "max_len": 4096,
+    },
+    "h200-7b": {
+        "vocab": 4096,
+        "hidden": 4096,
+        "intermediate": 14336,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 8,
+        "max_len": 8192,
+    },
     # experts > 0: a Mixtral-shaped mixture of experts (intermediate is one expert's MLP)
-    "h200-moe": {"vocab": 4096, "hidden": 2048, "intermediate": 1408, "layers": 16,
-                 "heads": 16, "kv_heads": 4, "max_len": 4096, "experts": 32, "top_k": 4},
-    "tiny-moe": {"vocab": 4096, "hidden": 256, "intermediate": 256, "layers": 2, "heads": 4,
-                 "kv_heads": 4, "max_len": 2048, "experts": 4, "top_k": 2},
+    "h200-moe": {
+        "vocab": 4096,
+        "hidden": 2048,
+        "intermediate": 1408,
+        "layers": 16,
+        "heads": 16,
+        "kv_heads": 4,
+        "max_len": 4096,
+        "experts": 32,
+        "top_k": 4,
+    },
+    "tiny-moe": {
+        "vocab": 4096,
+        "hidden": 256,
+        "intermediate": 256,
+        "layers": 2,
+        "heads": 4,
+        "kv_heads": 4,
+        "max_len": 2048,
+        "experts": 4,
+        "top_k": 2,
+    },
 }
-SIZE_FIELDS = ("vocab", "hidden", "intermediate", "layers", "heads", "kv_heads", "max_len",
-               "experts", "top_k")
+SIZE_FIELDS = (
+    "vocab",
+    "hidden",
+    "intermediate",
+    "layers",
+    "heads",
+    "kv_heads",
+    "max_len",
+    "experts",
+    "top_k",
+)
 
 
 def vocabulary(size: int) -> list[str]:

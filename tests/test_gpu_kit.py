@@ -67,20 +67,35 @@ def packed(tmp_path: Path) -> tuple[dict, Path]:
     wheels_dir = tmp_path / "wheels"
     wheels_dir.mkdir()
     big = os.urandom(2 << 20)
-    engine = make_wheel(wheels_dir, "kitengine", "1.0", {
-        "kitengine/__init__.py": b"VALUE = 42\n",
-        "kitengine/payload.bin": big,
-        "kitengine/unused/fa2.so": os.urandom(300_000),
-        "kitengine/unused/readme.txt": b"not needed on this node\n",
-    })
-    helper = make_wheel(wheels_dir, "kithelper", "2.0", {
-        "kithelper/__init__.py": b"from kitengine import VALUE\nDOUBLE = 2 * VALUE\n",
-        "kithelper/blob.bin": os.urandom(600_000),
-    })
-    spec = kit.Spec(name="demo", python="3.12", part_mib=1, platforms=(),
-                    wheels=("kitengine==1.0", "kithelper==2.0"),
-                    strip={"kitengine": ("kitengine/unused",)},
-                    check=("kitengine", "kithelper"))
+    engine = make_wheel(
+        wheels_dir,
+        "kitengine",
+        "1.0",
+        {
+            "kitengine/__init__.py": b"VALUE = 42\n",
+            "kitengine/payload.bin": big,
+            "kitengine/unused/fa2.so": os.urandom(300_000),
+            "kitengine/unused/readme.txt": b"not needed on this node\n",
+        },
+    )
+    helper = make_wheel(
+        wheels_dir,
+        "kithelper",
+        "2.0",
+        {
+            "kithelper/__init__.py": b"from kitengine import VALUE\nDOUBLE = 2 * VALUE\n",
+            "kithelper/blob.bin": os.urandom(600_000),
+        },
+    )
+    spec = kit.Spec(
+        name="demo",
+        python="3.12",
+        part_mib=1,
+        platforms=(),
+        wheels=("kitengine==1.0", "kithelper==2.0"),
+        strip={"kitengine": ("kitengine/unused",)},
+        check=("kitengine", "kithelper"),
+    )
     out = tmp_path / "kit" / "demo"
     described = kit.pack(spec, [engine, helper], out, tmp_path / "staging")
     return described, out
@@ -117,8 +132,9 @@ def _send(out: Path, dest: Path, *parts: str) -> None:
         shutil.copy(out / part, dest)
 
 
-def test_parts_arrive_over_several_calls_then_install(packed: tuple[dict, Path],
-                                                    tmp_path: Path) -> None:
+def test_parts_arrive_over_several_calls_then_install(
+    packed: tuple[dict, Path], tmp_path: Path
+) -> None:
     described, out = packed
     carried, store, target = tmp_path / "carried", tmp_path / "store", tmp_path / "site"
 
@@ -142,7 +158,9 @@ def test_parts_arrive_over_several_calls_then_install(packed: tuple[dict, Path],
     assert not (target / "kitengine" / "unused").exists()
     done = subprocess.run(
         [sys.executable, "-c", "import kithelper; print(kithelper.DOUBLE)"],
-        env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
     )
     assert done.stdout.strip() == "84", done.stderr
     # Installed: a further call (nothing carried but kit.json) returns at once.
@@ -156,9 +174,19 @@ def test_cli_says_what_is_missing_and_exits_3(packed: tuple[dict, Path], tmp_pat
     _send(out, carried, "part-01")
     env = {**os.environ, "AUTOTUNE_KIT_STORE": str(tmp_path / "store")}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "h200" / "kit.py"), "install", "demo",
-         "--from", str(carried), "--target", str(tmp_path / "site")],
-        env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "h200" / "kit.py"),
+            "install",
+            "demo",
+            "--from",
+            str(carried),
+            "--target",
+            str(tmp_path / "site"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == kit.MISSING, done.stderr
     assert "1 of 3 parts stored" in done.stdout and "still missing: part-02, part-03" in done.stdout
@@ -166,14 +194,12 @@ def test_cli_says_what_is_missing_and_exits_3(packed: tuple[dict, Path], tmp_pat
 
 def test_bad_kit_files_name_the_file_and_field(tmp_path: Path) -> None:
     (tmp_path / "broken.toml").write_text(
-        'name = "broken"\npython = "3.12"\npart_mib = 50\nplatforms = []\n'
-        'wheels = ["vllm"]\n'
+        'name = "broken"\npython = "3.12"\npart_mib = 50\nplatforms = []\nwheels = ["vllm"]\n'
     )
     with pytest.raises(kit.KitError, match=r"broken.toml: wheels must be pinned with ==.*vllm"):
         kit.Spec.load("broken", tmp_path)
     (tmp_path / "extra.toml").write_text(
-        'name = "extra"\npython = "3.12"\npart_mib = 50\nplatforms = []\nwheels = []\n'
-        'parts = 3\n'
+        'name = "extra"\npython = "3.12"\npart_mib = 50\nplatforms = []\nwheels = []\nparts = 3\n'
     )
     with pytest.raises(kit.KitError, match=r"extra.toml: unknown field\(s\) \['parts'\]"):
         kit.Spec.load("extra", tmp_path)

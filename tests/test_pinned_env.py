@@ -110,9 +110,13 @@ def test_a_shell_that_turns_multicast_on_does_not_reach_the_service(tmp_path: Pa
             "endpoint": "http://127.0.0.1:1",
             "services": {
                 "server": {
-                    "command": [sys.executable, "-c", "import os, sys; sys.stdout.write("
-                                "','.join(os.environ.get(k, '-') for k in sys.argv[1:]))",
-                                *PINNED_ENV],
+                    "command": [
+                        sys.executable,
+                        "-c",
+                        "import os, sys; sys.stdout.write("
+                        "','.join(os.environ.get(k, '-') for k in sys.argv[1:]))",
+                        *PINNED_ENV,
+                    ],
                     "port": 1,
                 }
             },

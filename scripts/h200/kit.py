@@ -137,10 +137,30 @@ def download(spec: Spec, cache: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     platforms = [arg for p in spec.platforms for arg in ("--platform", p)]
     version = spec.python.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-           "--no-deps", "--only-binary=:all:", "--python-version", spec.python,
-           "--implementation", "cp", "--abi", f"cp{version}", "--abi", "abi3", "--abi", "none",
-           *platforms, "-d", str(cache), *spec.wheels]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        spec.python,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{version}",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        *platforms,
+        "-d",
+        str(cache),
+        *spec.wheels,
+    ]
     subprocess.run(cmd, check=True)
     found: dict[str, Path] = {}
     for wheel in sorted(cache.glob("*.whl")):
@@ -162,8 +182,11 @@ def strip_wheel(wheel: Path, patterns: tuple[str, ...], out: Path) -> tuple[int,
     removed, bytes removed uncompressed)."""
 
     def matching(member: str) -> list[str]:
-        return [p for p in patterns
-                if fnmatch.fnmatch(member, p) or member.startswith(p.rstrip("/") + "/")]
+        return [
+            p
+            for p in patterns
+            if fnmatch.fnmatch(member, p) or member.startswith(p.rstrip("/") + "/")
+        ]
 
     removed = removed_bytes = 0
     used: set[str] = set()
@@ -178,8 +201,9 @@ def strip_wheel(wheel: Path, patterns: tuple[str, ...], out: Path) -> tuple[int,
             data = src.read(info)
             if info.filename.endswith(".dist-info/RECORD"):
                 lines = data.decode().splitlines(keepends=True)
-                data = "".join(line for line in lines
-                               if not matching(line.split(",", 1)[0])).encode()
+                data = "".join(
+                    line for line in lines if not matching(line.split(",", 1)[0])
+                ).encode()
             dst.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
     unused = sorted(set(patterns) - used)
     if unused:
@@ -203,13 +227,16 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
         patterns = spec.strip.get(name, ())
         if patterns:
             removed, removed_bytes = strip_wheel(wheel, patterns, target)
-            say(f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} -> "
+            say(
+                f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} -> "
                 f"{target.stat().st_size / 1e6:.1f} MB ({removed} members, "
-                f"{removed_bytes / 1e6:.1f} MB unpacked, removed)")
+                f"{removed_bytes / 1e6:.1f} MB unpacked, removed)"
+            )
         else:
             shutil.copy2(wheel, target)
-        records.append({"file": wheel.name, "bytes": target.stat().st_size,
-                        "sha256": sha256(target)})
+        records.append(
+            {"file": wheel.name, "bytes": target.stat().st_size, "sha256": sha256(target)}
+        )
     unknown = sorted(set(spec.strip) - {_dist_name(w.name) for w in wheels})
     if unknown:
         raise KitError(f"kits/{spec.name}.toml: [strip] names wheels not in the kit: {unknown}")
@@ -233,16 +260,28 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
         while block := handle.read(part_bytes):
             part = out_dir / f"part-{index:02d}"
             part.write_bytes(block)
-            parts.append({"file": part.name, "bytes": len(block),
-                          "sha256": hashlib.sha256(block).hexdigest()})
+            parts.append(
+                {
+                    "file": part.name,
+                    "bytes": len(block),
+                    "sha256": hashlib.sha256(block).hexdigest(),
+                }
+            )
             index += 1
-    kit: dict[str, Any] = {"name": spec.name, "python": spec.python, "check": list(spec.check),
-           "payload": {"bytes": payload.stat().st_size, "sha256": sha256(payload)},
-           "parts": parts, "wheels": records}
+    kit: dict[str, Any] = {
+        "name": spec.name,
+        "python": spec.python,
+        "check": list(spec.check),
+        "payload": {"bytes": payload.stat().st_size, "sha256": sha256(payload)},
+        "parts": parts,
+        "wheels": records,
+    }
     (out_dir / "kit.json").write_text(json.dumps(kit, indent=1) + "\n")
     payload.unlink()
-    say(f"{spec.name}: {len(records)} wheels, {kit['payload']['bytes'] / 2**20:.1f} MiB in "
-        f"{len(parts)} parts of at most {spec.part_mib} MiB under {out_dir}")
+    say(
+        f"{spec.name}: {len(records)} wheels, {kit['payload']['bytes'] / 2**20:.1f} MiB in "
+        f"{len(parts)} parts of at most {spec.part_mib} MiB under {out_dir}"
+    )
     return kit
 
 
@@ -260,8 +299,9 @@ def plan(name: str, out_dir: Path) -> None:
 
 def _read_kit(path: Path) -> dict:
     if not path.exists():
-        raise KitError(f"{path} does not exist: build the kit first (kit.py build NAME) and "
-                       "carry its kit.json")
+        raise KitError(
+            f"{path} does not exist: build the kit first (kit.py build NAME) and carry its kit.json"
+        )
     try:
         kit = json.loads(path.read_text())
         kit["parts"], kit["payload"]["sha256"]  # noqa: B018 - the fields install relies on
@@ -287,8 +327,10 @@ def receive(kit: dict, source: Path, store: Path) -> list[str]:
                 tmp.replace(kept)
                 say(f"{part['file']}: received and checked ({part['bytes'] / 2**20:.1f} MiB)")
                 continue
-            say(f"{part['file']}: sha256 {digest[:12]} is not the kit's "
-                f"{part['sha256'][:12]}: refused, send it again")
+            say(
+                f"{part['file']}: sha256 {digest[:12]} is not the kit's "
+                f"{part['sha256'][:12]}: refused, send it again"
+            )
         missing.append(part["file"])
     return missing
 
@@ -305,8 +347,10 @@ def install(name: str, source: Path, store_root: Path, target: Path, python: str
     missing = receive(kit, source, store)
     have = len(kit["parts"]) - len(missing)
     if missing:
-        say(f"{have} of {len(kit['parts'])} parts stored in {store}; still missing: "
-            f"{', '.join(missing)}")
+        say(
+            f"{have} of {len(kit['parts'])} parts stored in {store}; still missing: "
+            f"{', '.join(missing)}"
+        )
         return MISSING
     t0 = time.monotonic()
     payload = store / f"{name}.tar"
@@ -319,8 +363,9 @@ def install(name: str, source: Path, store_root: Path, target: Path, python: str
                     out.write(block)
     if digest.hexdigest() != kit["payload"]["sha256"]:
         payload.unlink()
-        raise KitError(f"the joined parts' sha256 is not the kit's: remove {store} and send "
-                       "every part again")
+        raise KitError(
+            f"the joined parts' sha256 is not the kit's: remove {store} and send every part again"
+        )
     wheels_dir = store / "wheels"
     shutil.rmtree(wheels_dir, ignore_errors=True)
     with tarfile.open(payload) as tar:
@@ -330,9 +375,25 @@ def install(name: str, source: Path, store_root: Path, target: Path, python: str
     if len(wheels) != len(kit["wheels"]):
         raise KitError(f"{len(wheels)} wheels unpacked, kit.json lists {len(kit['wheels'])}")
     target.mkdir(parents=True, exist_ok=True)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-                    "--target", str(target), *wheels], check=True)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--target",
+            str(target),
+            *wheels,
+        ],
+        check=True,
+    )
     say(f"{len(wheels)} wheels installed into {target} in {time.monotonic() - t0:.0f} s")
     rc = _check(kit, target, python)
     if rc == 0:
@@ -345,10 +406,12 @@ def _check(kit: dict, target: Path, python: str) -> int:
         return 0
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH")]))
-    code = ("import importlib\n"
-            f"for m in {kit['check']!r}:\n"
-            "    v = getattr(importlib.import_module(m), '__version__', None)\n"
-            "    print(m, v) if v and '.' not in m else None\n")
+    code = (
+        "import importlib\n"
+        f"for m in {kit['check']!r}:\n"
+        "    v = getattr(importlib.import_module(m), '__version__', None)\n"
+        "    print(m, v) if v and '.' not in m else None\n"
+    )
     t0 = time.monotonic()
     done = subprocess.run([python, "-c", code], env=env)
     if done.returncode:
@@ -362,14 +425,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("verb", choices=["build", "plan", "install"])
     ap.add_argument("kit", help="a kit under scripts/h200/kits/ (e.g. vllm-0.26.0)")
-    ap.add_argument("--from", dest="source", type=Path,
-                    help="where the carried kit.json and parts are (default .kit/KIT)")
-    ap.add_argument("--store", type=Path, default=STORE,
-                    help="where parts are kept between commands (default %(default)s)")
-    ap.add_argument("--target", type=Path, default=Path("/tmp/site"),
-                    help="the folder the wheels are installed into (PYTHONPATH)")
-    ap.add_argument("--python", default=sys.executable,
-                    help="the interpreter whose pip installs and imports (default this one)")
+    ap.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="where the carried kit.json and parts are (default .kit/KIT)",
+    )
+    ap.add_argument(
+        "--store",
+        type=Path,
+        default=STORE,
+        help="where parts are kept between commands (default %(default)s)",
+    )
+    ap.add_argument(
+        "--target",
+        type=Path,
+        default=Path("/tmp/site"),
+        help="the folder the wheels are installed into (PYTHONPATH)",
+    )
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter whose pip installs and imports (default this one)",
+    )
     args = ap.parse_args(argv)
     out_dir = args.source or BUILD_DIR / args.kit
     try:
@@ -385,8 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kit.py: {exc}", file=sys.stderr)
         return 1
     except subprocess.CalledProcessError as exc:
-        print(f"kit.py: {' '.join(map(str, exc.cmd[:6]))} ... exited {exc.returncode}",
-              file=sys.stderr)
+        print(
+            f"kit.py: {' '.join(map(str, exc.cmd[:6]))} ... exited {exc.returncode}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -234,4 +234,3 @@ class EngineEnvs:
 @pytest.fixture(scope="session")
 def engine_envs() -> EngineEnvs:
     return EngineEnvs()
-

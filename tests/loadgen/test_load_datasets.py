@@ -100,9 +100,7 @@ def test_a_real_tokenizer_counts_the_prompt_lengths(
         tk.trainers.WordLevelTrainer(special_tokens=["[UNK]"]),
     )
     tok.save(str(tmp_path / "tokenizer.json"))
-    load = spec(
-        prompt="text", tokenizer=str(tmp_path), dataset={"kind": "random", "input_len": 30}
-    )
+    load = spec(prompt="text", tokenizer=str(tmp_path), dataset={"kind": "random", "input_len": 30})
     run_load(fake_server.url, load)
     vocab = set(tok.get_vocab()) - {"[UNK]"}
     for p in fake_server.payloads:

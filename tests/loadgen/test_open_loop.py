@@ -157,4 +157,3 @@ def test_steal_is_read_from_proc_stat(tmp_path: Path) -> None:
     cpus = os.cpu_count() or 1
     assert steal_share(10.0, 10.0 + 0.5 * cpus, 5.0) == pytest.approx(0.1)
     assert steal_share(None, 1.0, 5.0) is None and steal_share(1.0, 2.0, 0.0) is None
-

@@ -39,8 +39,6 @@ CONFIG = {
 SLO_MS = {"ttft_p99_ms": 4000.0, "tpot_p99_ms": 80.0}
 
 
-
-
 RUN_DIR: list[Path] = []
 
 

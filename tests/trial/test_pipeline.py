@@ -34,8 +34,6 @@ SIM = REPO / "launchers" / "sim-dsv4-flash-pd.yaml"
 OBJECTIVE = Objective(kind="throughput", slo=SLOSettings())
 
 
-
-
 class FailingLauncher:
     """Duck-typed launcher whose every apply fails with ``failure``."""
 

@@ -30,8 +30,6 @@ ENERGY = Objective(kind="energy", slo=SLOSettings())
 SAMPLED = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage")
 
 
-
-
 def _pipeline(tmp_path: Path, launcher: Any, **kwargs: Any) -> TrialPipeline:
     space = load_space(REPO / "search_spaces" / "dsv4-flash-rtx6000-pd.yaml")
     load = {"concurrency": 4, "input_len": 64, "output_len": 16, "requests": 8}
