@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 from e2e_helpers import autotune_cli, load
-from init_helpers import REPO, free_port
+from init_helpers import REPO
 from optuna.trial import TrialState
 from sshd_hosts import (
     FAKE_SYSTEMD_DIR,
@@ -37,6 +37,7 @@ from sshd_hosts import (
 )
 
 from autotune.deployment import load_deployment
+from autotune.ports import pick_free_port as free_port
 from autotune.render import render
 from autotune.unitfile import environment_line, exec_line
 

@@ -22,10 +22,11 @@ import yaml
 from e2e_helpers import autotune_cli, load
 from engine_cpu import skip_unless_kernels_run
 from engines.conftest import build_model, ensure_engine, one_vllm_cpu_at_a_time
-from init_helpers import REPO, free_port
+from init_helpers import REPO
 from optuna.trial import TrialState
 
 from autotune.failures import Failure
+from autotune.ports import pick_free_port as free_port
 
 pytestmark = pytest.mark.slow
 
