@@ -67,7 +67,7 @@ vllm-cpu: $(STAMP)
 	$(VENV)/bin/autotune best --study $(VLLM_STUDY) --minimal
 	$(VENV)/bin/autotune report --study $(VLLM_STUDY)
 
-# ruff (lint rules, and formatting: a file ruff format would change fails), mypy (the package, the benchmarks, the tests and the scripts), and the import contracts of pyproject.toml ([tool.importlinter]).
+# ruff (lint rules, and formatting: a file ruff format would change fails), mypy (the package, the benchmarks, the tests and the scripts), the import contracts of pyproject.toml ([tool.importlinter]), and pytest's collection of every test module.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check autotune tests benchmarks scripts
 	$(VENV)/bin/ruff format --check autotune tests benchmarks scripts
@@ -76,6 +76,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy --explicit-package-bases tests
 	$(VENV)/bin/mypy --explicit-package-bases scripts
 	$(VENV)/bin/lint-imports
+	@# every test module imports (a helper's name gone fails here in seconds, not in the run)
+	@out=$$($(VENV)/bin/python -m pytest --collect-only -q -p no:cacheprovider tests 2>&1) \
+	  || { echo "$$out" | tail -n 40; exit 1; }; echo "$$out" | tail -n 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
