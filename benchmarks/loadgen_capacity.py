@@ -47,8 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # benchmarks._procfs when run as a script
 
 from autotune.ports import pick_free_port as free_port  # noqa: E402
-from benchmarks._procfs import cpu_seconds as _cpu_seconds  # noqa: E402
-from benchmarks._procfs import process_tree as _tree  # noqa: E402
+from benchmarks._procfs import cpu_seconds, process_tree  # noqa: E402
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 SERVER_FLAGS = [
@@ -134,11 +133,11 @@ class Sampler:
         if self.client_pid is None:
             return 0.0
         if refresh or not self._client_tree:
-            self._client_tree = _tree(self.client_pid)
+            self._client_tree = process_tree(self.client_pid)
         total = 0.0
         for pid in self._client_tree:
             with contextlib.suppress(OSError):  # exited: keep its last reading
-                self._dead_cpu[pid] = _cpu_seconds(pid)
+                self._dead_cpu[pid] = cpu_seconds(pid)
         for cpu in self._dead_cpu.values():
             total += cpu
         return total
@@ -151,7 +150,7 @@ class Sampler:
                 match = _COUNTER.search(client.get(self.url + "/metrics").content)
                 count = float(match.group(1)) if match else float("nan")
                 self.rows.append(
-                    (t, count, _cpu_seconds(self.server_pid), self._client_cpu(i % 10 == 0))
+                    (t, count, cpu_seconds(self.server_pid), self._client_cpu(i % 10 == 0))
                 )
                 i += 1
                 self._stop.wait(SAMPLE_S)

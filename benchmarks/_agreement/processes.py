@@ -19,8 +19,7 @@ import httpx
 from autotune.ports import pick_free_port as free_port
 from autotune.sim.levers import BASELINE, SERVED_NAME, levers_to_command
 
-from .._procfs import cpu_seconds as _cpu_seconds
-from .._procfs import process_tree
+from .._procfs import cpu_seconds, process_tree
 from .constants import REPO
 
 VLLM_ENV = REPO / ".venv-engines" / "vllm-0.32.0"
@@ -59,7 +58,7 @@ class CpuSampler:
     def _total(self, kind: str, pids: Sequence[int]) -> float:
         for pid in pids:
             with contextlib.suppress(OSError, IndexError, ValueError):
-                self._last[(kind, pid)] = _cpu_seconds(pid)
+                self._last[(kind, pid)] = cpu_seconds(pid)
         return sum(v for (k, _), v in self._last.items() if k == kind)
 
     def _run(self) -> None:
@@ -108,7 +107,7 @@ def tree_cpu_seconds(pids: Sequence[int]) -> float:
     total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            total += _cpu_seconds(pid)
+            total += cpu_seconds(pid)
     return total
 
 
