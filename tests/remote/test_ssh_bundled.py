@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from sshd_hosts import REPO, SSHLab
+from sim_pd_hosts import REPO
+from sshd_hosts import SSHLab
 
 from autotune.deployment import load_deployment
 from autotune.launch.factory import make_launcher

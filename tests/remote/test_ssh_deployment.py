@@ -13,13 +13,8 @@ import optuna
 import pytest
 from e2e_helpers import E2E_STUDY, autotune_cli
 from optuna.trial import TrialState
-from sshd_hosts import (
-    UNIT,
-    SSHLab,
-    install_original_unit,
-    wait_health,
-    write_sim_pd_files,
-)
+from sim_pd_hosts import UNIT, install_original_unit, wait_health, write_sim_pd_files
+from sshd_hosts import SSHLab
 
 pytestmark = pytest.mark.slow
 
