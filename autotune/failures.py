@@ -19,7 +19,7 @@ from collections.abc import Collection
 from enum import Enum
 from typing import NamedTuple
 
-from autotune.engines import all_failure_patterns
+from autotune.engines import all_failure_patterns, all_start_stages
 
 
 class Failure(str, Enum):
@@ -101,10 +101,20 @@ FailureClass = Failure
 
 
 class Classification(NamedTuple):
-    """The class of a failure and the log line that shows it ("" when nothing matched)."""
+    """The class of a failure, the log line that shows it ("" when nothing matched) and the
+    start-up stage the engine was in when it was written ("" when no stage line of an engine
+    came before it: :class:`~autotune.engines.StartStage`)."""
 
     failure: Failure
     line: str
+    stage: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The line, and where in the start-up it came when the line does not say."""
+        if self.stage and self.line:
+            return f"{self.line} (while {self.stage})"
+        return self.line
 
 
 # (priority, class, pattern): generic ones (PyTorch, NCCL, CUDA, Hugging Face, argparse,
@@ -146,6 +156,20 @@ _PATTERNS: tuple[tuple[int, Failure, re.Pattern[str]], ...] = tuple(
     for p in all_failure_patterns()
 )
 
+#: The engines' start-up stage lines: the last one before a failure line says where it came.
+_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(s.pattern), s.label) for s in all_start_stages()
+)
+
+
+def stage_of(line: str) -> str | None:
+    """The start-up stage a log line says the engine entered, or None."""
+    for rx, label in _STAGES:
+        if rx.search(line):
+            return label
+    return None
+
+
 #: Classes worth failing on while the process is still alive: after these, SGLang's main
 #: process often hangs instead of exiting (its scheduler subprocess died).
 FATAL_WHILE_ALIVE: frozenset[Failure] = frozenset(
@@ -179,37 +203,38 @@ def classify_log(text: str) -> Classification:
     cause usually comes before the errors that follow from it). ``unknown`` with an empty
     line when nothing matched.
     """
-    best: tuple[int, Failure, str] | None = None
-    for raw in text.splitlines():
-        hit = classify_line(raw)
-        if hit is not None and (best is None or hit[0] > best[0]):
-            best = (hit[0], hit[1], raw.strip())
-    if best is None:
-        return Classification(Failure.unknown, "")
-    return Classification(best[1], best[2])
+    scan = LogScan()
+    scan.feed(text)
+    return scan.result
 
 
 class LogScan:
     """A log classified piece by piece, as it is read while a service starts.
 
     :meth:`feed` the new lines as they arrive; :attr:`result` is what :func:`classify_log`
-    would say of everything fed so far (the most specific match, the first among equals),
-    so a failure is classified from the whole log since the start, not only from the tail
-    that is left to read when it happens.
+    would say of everything fed so far (the most specific match, the first among equals,
+    with the start-up stage of the last stage line before it), so a failure is classified
+    from the whole log since the start, not only from the tail that is left to read when it
+    happens.
     """
 
     def __init__(self) -> None:
-        self._best: tuple[int, Failure, str] | None = None
+        self._best: tuple[int, Failure, str, str] | None = None
+        self._stage = ""
 
     def feed(self, text: str, *, fatal: Collection[Failure] = ()) -> bool:
         """Take ``text`` (complete lines); True when one of them is of a ``fatal`` class."""
         hit_fatal = False
         for raw in text.splitlines():
+            stage = stage_of(raw)
+            if stage is not None:
+                self._stage = stage
+                continue
             hit = classify_line(raw)
             if hit is None:
                 continue
             if self._best is None or hit[0] > self._best[0]:
-                self._best = (hit[0], hit[1], raw.strip())
+                self._best = (hit[0], hit[1], raw.strip(), self._stage)
             hit_fatal = hit_fatal or hit[1] in fatal
         return hit_fatal
 
@@ -217,7 +242,7 @@ class LogScan:
     def result(self) -> Classification:
         if self._best is None:
             return Classification(Failure.unknown, "")
-        return Classification(self._best[1], self._best[2])
+        return Classification(self._best[1], self._best[2], self._best[3])
 
 
 def explain_fault(text: str, *, stalled: bool) -> Classification | None:

@@ -22,6 +22,7 @@ from autotune.engines._base import (
     EngineMetrics,
     FailurePattern,
     RequestQuirks,
+    StartStage,
 )
 from autotune.engines._manifest import (
     Manifest,
@@ -99,6 +100,11 @@ def all_failure_patterns() -> tuple[FailurePattern, ...]:
     return tuple(p for cls in ENGINES.values() for p in cls.failure_patterns)
 
 
+def all_start_stages() -> tuple[StartStage, ...]:
+    """Every engine's start-up stage lines (as for the failure patterns: no engine needed)."""
+    return tuple(s for cls in ENGINES.values() for s in cls.start_stages)
+
+
 __all__ = [
     "ENGINES",
     "FLAG_PATTERN",
@@ -114,9 +120,11 @@ __all__ = [
     "Resolution",
     "SGLangEngine",
     "SGLangRouterEngine",
+    "StartStage",
     "TransformersServeEngine",
     "VLLMEngine",
     "all_failure_patterns",
+    "all_start_stages",
     "engine_for_command",
     "available_manifests",
     "get_engine",

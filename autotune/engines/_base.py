@@ -66,6 +66,21 @@ class FailurePattern:
 
 
 @dataclass(frozen=True)
+class StartStage:
+    """A log line that says the engine entered a stage of its start-up (``label``: what it
+    is doing from then on, worded to follow "while", e.g. "capturing CUDA graphs").
+
+    A failure line does not always say where the start was: vLLM's "CUDA out of memory.
+    Tried to allocate 488 MiB" reads the same when the KV cache is allocated and when CUDA
+    graphs are captured, and the levers that fix it differ (the KV cache's size against the
+    graphs' sizes). The last stage line before the failure line names it.
+    """
+
+    pattern: str
+    label: str
+
+
+@dataclass(frozen=True)
 class EngineMetrics:
     """The engine's Prometheus names for what autotune reads (``None``: not exported).
 
@@ -129,6 +144,7 @@ class BaseEngine(abc.ABC):
     env_prefixes: ClassVar[tuple[str, ...]] = ()
     """Variables with these prefixes are checked against the manifest's variable registry."""
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = ()
+    start_stages: ClassVar[tuple[StartStage, ...]] = ()
     metrics: ClassVar[EngineMetrics] = EngineMetrics()
     quirks: ClassVar[RequestQuirks] = RequestQuirks()
     version_path: ClassVar[str | None] = None

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, RequestQuirks
+from autotune.engines._base import (
+    BaseEngine,
+    EngineMetrics,
+    FailurePattern,
+    RequestQuirks,
+    StartStage,
+)
 
 
 class SGLangEngine(BaseEngine):
@@ -24,6 +30,15 @@ class SGLangEngine(BaseEngine):
         ),
         # srt/entrypoints/http_server.py: the scheduler died during start-up.
         FailurePattern(40, "exited", r"Initialization failed\. (warmup|scheduler)"),
+    )
+    # srt/model_executor/model_runner.py's start-up lines, in order (the simulated server
+    # prints the same): its own capture failure says "Capture cuda graph failed", a plain
+    # CUDA OOM says nothing of where.
+    start_stages: ClassVar[tuple[StartStage, ...]] = (
+        StartStage(r"Load weight begin\.", "loading the weights"),
+        StartStage(r"KV Cache is allocated\.", "after allocating the KV cache"),
+        StartStage(r"Capture cuda graph begin\.", "capturing CUDA graphs"),
+        StartStage(r"Capture cuda graph end\.", "warming up after CUDA-graph capture"),
     )
     # srt/observability/metrics_collector.py (scheduler gauges labelled model_name,
     # engine_type, tp_rank, pp_rank, moe_ep_rank)

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from autotune.engines._base import BaseEngine, EngineMetrics, FailurePattern, RequestQuirks
+from autotune.engines._base import (
+    BaseEngine,
+    EngineMetrics,
+    FailurePattern,
+    RequestQuirks,
+    StartStage,
+)
 
 
 class VLLMEngine(BaseEngine):
@@ -55,6 +61,32 @@ class VLLMEngine(BaseEngine):
         # vllm/v1/engine/utils.py: the engine core process died during start-up (the root cause
         # is above it; this names the start-up failure when nothing more specific matched).
         FailurePattern(30, "exited", r"RuntimeError: Engine core initialization failed"),
+    )
+    # The engine core's start-up, in order (vLLM 0.26.0's lines; the real logs under
+    # tests/engines/data/vllm-0.26.0/ show each): an OOM there names no stage by itself.
+    start_stages: ClassVar[tuple[StartStage, ...]] = (
+        # vllm/v1/worker/gpu_model_runner.py, gpu/model_runner.py, cpu_model_runner.py
+        StartStage(r"Starting to load model |Loading model from scratch", "loading the model"),
+        # vllm/compilation/backends.py (a cache hit prints "Directly load the compiled graph")
+        StartStage(
+            r"Dynamo bytecode transform time|Compiling a graph for|Directly load the compiled",
+            "compiling the model (torch.compile)",
+        ),
+        # vllm/compilation/monitor.py, vllm/utils/mem_utils.py: the dummy forward pass whose
+        # peak memory sizes the KV cache (skipped with --kv-cache-memory-bytes)
+        StartStage(
+            r"Initial profiling/warmup run took|Memory profiling takes",
+            "sizing the KV cache from the profiling run",
+        ),
+        # vllm/v1/core/kv_cache_utils.py: the size is known, the tensors are allocated next
+        StartStage(r"GPU KV cache size: [\d,]+ tokens", "allocating the KV cache"),
+        # vllm/v1/worker/gpu/cudagraph_utils.py, gpu_model_runner.py: the progress bar
+        StartStage(r"Capturing CUDA graphs", "capturing CUDA graphs"),
+        # vllm/v1/worker/gpu_model_runner.py, gpu/model_runner.py; vllm/v1/engine/core.py
+        StartStage(
+            r"Graph capturing finished in|init engine \(profile, create kv cache",
+            "warming up after CUDA-graph capture",
+        ),
     )
     # vllm/v1/metrics/loggers.py (PrometheusStatLogger; every family labelled model_name and
     # engine); the spec_decode_* counters exist only when a speculative config is set.

@@ -224,7 +224,7 @@ class ManagedLauncher(Launcher):
         if exited and failure is Failure.unknown:
             failure = Failure.exited
         raise LaunchError(
-            exited_reason(code, found.line) if exited else fatal_reason(found.line),
+            exited_reason(code, found.reason) if exited else fatal_reason(found.reason),
             service=name,
             failure=failure.value,
             log_tail=last_lines(text, TAIL_LINES),

@@ -74,6 +74,14 @@ def test_failure_patterns_compile_and_name_a_stored_class(engine: BaseEngine) ->
         assert 0 < pattern.priority <= 100
 
 
+def test_start_stages_compile_with_one_label_each(engine: BaseEngine) -> None:
+    for stage in engine.start_stages:
+        re.compile(stage.pattern)
+        assert stage.label and stage.label == stage.label.strip()
+    labels = [s.label for s in engine.start_stages]
+    assert len(labels) == len(set(labels))  # one label per stage: the reason names one
+
+
 def test_metric_names_carry_the_engine_prefix(engine: BaseEngine) -> None:
     names = engine.metrics.names()
     prefix = {"sglang": "sglang:", "vllm": "vllm:"}.get(engine.name)

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.engines import get_engine
 from autotune.engines._prometheus import parse, summarize
-from autotune.failures import Failure, LogScan, classify_log
+from autotune.failures import Failure, LogScan, classify_line, classify_log, stage_of
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm-0.32.0"
 
@@ -97,8 +97,8 @@ def test_the_servers_counters_over_a_real_window() -> None:
 
 GPU_DATA = Path(__file__).resolve().parent / "data" / "vllm-0.26.0"
 """Logs of the GPU build, vLLM 0.26.0 on one H200 (``scripts/h200/run.sh failures``, the
-configurations of ``scripts/h200/failures-vllm-0.26.0.txt``), unedited but for the harness's
-own closing line. Every line there carries its process, ``(EngineCore pid=N)`` or
+configurations of ``scripts/h200/failures-vllm-0.26.0.txt`` and ``-capture.txt``), unedited
+but for the harness's own closing line. Every line there carries its process, ``(EngineCore pid=N)`` or
 ``(APIServer pid=N)``: the generic line-start patterns miss them, the engine's own must not."""
 
 GPU_CASES = [
@@ -108,6 +108,7 @@ GPU_CASES = [
         Failure.cuda_oom,
         "ValueError: Free memory on device cuda:0 (139.29/139.8 GiB) on startup is less than "
         "desired GPU memory utilization (1.0, 139.8 GiB).",
+        "",  # before the model is loaded
     ),
     # --kv-cache-memory-bytes 256M for the 7B model's 8192 positions.
     (
@@ -115,12 +116,34 @@ GPU_CASES = [
         Failure.cuda_oom,
         "ValueError: To serve at least one request with the model's max seq len (8192), (1.0 GiB "
         "KV cache is needed, which is larger than the available KV cache memory (0.25 GiB).",
+        "sizing the KV cache from the profiling run",
     ),
     # --gpu-memory-utilization 0.10: the 7B model's 14 GB of weights leave no KV cache.
     (
         "start-oom-no-cache-blocks.log",
         Failure.cuda_oom,
         "ValueError: No available memory for the cache blocks.",
+        "sizing the KV cache from the profiling run",
+    ),
+    # --kv-cache-memory-bytes 124G --max-num-seqs 1024 --max-cudagraph-capture-size 1024
+    # (scripts/h200/failures-vllm-0.26.0-capture.txt): the fixed-size KV cache skips the
+    # profiling run, so nothing is left for the graphs; the PIECEWISE ones fit, the FULL
+    # ones run out of memory at their third size.
+    (
+        "start-oom-capture-full-graphs.log",
+        Failure.cuda_oom,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 488.00 MiB. GPU 0 has a "
+        "total capacity of 139.80 GiB of which 185.12 MiB is free.",
+        "capturing CUDA graphs",
+    ),
+    # --kv-cache-memory-bytes 126G, same file: the KV cache itself no longer fits beside the
+    # weights; the same OOM line, an earlier stage.
+    (
+        "start-oom-kv-allocation.log",
+        Failure.cuda_oom,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.94 GiB. GPU 0 has a "
+        "total capacity of 139.80 GiB of which 3.86 GiB is free.",
+        "allocating the KV cache",
     ),
     # --async-scheduling with n-gram speculation: VllmConfig's validator.
     (
@@ -128,6 +151,7 @@ GPU_CASES = [
         Failure.config_rejected,
         "Value error, Currently, async scheduling is only supported with EAGLE/MTP/Draft "
         "Model/NGram GPU/DSpark kind of speculative decoding",
+        "",
     ),
     # --attention-backend FLEX_ATTENTION --kv-cache-dtype fp8 (the space forbids it).
     (
@@ -135,31 +159,38 @@ GPU_CASES = [
         Failure.config_rejected,
         "ValueError: Selected backend AttentionBackendEnum.FLEX_ATTENTION is not valid for this "
         "configuration. Reason: ['kv_cache_dtype not supported']",
+        "loading the model",
     ),
     # --moe-backend marlin on bf16 experts (the MoE space forbids it).
     (
         "start-refuse-marlin-bf16.log",
         Failure.config_rejected,
         "ValueError: moe_backend='marlin' is not supported for unquantized MoE.",
+        "loading the model",
     ),
     # --tensor-parallel-size 2 on one GPU.
     (
         "start-refuse-tp2.log",
         Failure.config_rejected,
         "Value error, World size (2) is larger than the number of available GPUs (1) in this node.",
+        "",
     ),
-    # CUDA-graph sizes the dispatcher refuses once the model is loaded and compiled.
+    # CUDA-graph sizes the dispatcher refuses once the model is loaded and compiled (in the
+    # profiling of the graphs' memory: gpu_model_runner.py's profile_cudagraph_memory).
     (
         "start-capture-compile-sizes.log",
         Failure.config_rejected,
         "ValueError: compile_sizes contains 3 which would be padded to 4.",
+        "sizing the KV cache from the profiling run",
     ),
 ]
 
 
-@pytest.mark.parametrize(("log", "failure", "line"), GPU_CASES, ids=[c[0] for c in GPU_CASES])
+@pytest.mark.parametrize(
+    ("log", "failure", "line", "stage"), GPU_CASES, ids=[c[0] for c in GPU_CASES]
+)
 def test_a_real_gpu_start_up_failure_is_named_by_its_real_line(
-    log: str, failure: Failure, line: str
+    log: str, failure: Failure, line: str, stage: str
 ) -> None:
     text = (GPU_DATA / log).read_text()
     assert line in text
@@ -167,10 +198,39 @@ def test_a_real_gpu_start_up_failure_is_named_by_its_real_line(
     found = classify_log(text)
     assert found.failure is failure, found
     assert line in found.line, found.line  # the cause, not "Engine core initialization failed"
+    assert found.stage == stage, found.stage  # where in the start-up: the last stage line
+    assert found.reason == (f"{found.line} (while {stage})" if stage else found.line)
     scan = LogScan()
     for chunk in text.splitlines(keepends=True):
         scan.feed(chunk)
     assert scan.result == found
+
+
+def test_the_same_oom_line_at_two_stages_reads_as_two_reasons() -> None:
+    """A capture OOM and a KV-allocation OOM print the same PyTorch line; only the stage
+    tells the operator which lever to move (graph sizes, or the KV cache's size)."""
+    capture = classify_log((GPU_DATA / "start-oom-capture-full-graphs.log").read_text())
+    kv = classify_log((GPU_DATA / "start-oom-kv-allocation.log").read_text())
+    assert capture.failure is kv.failure is Failure.cuda_oom
+    same = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"
+    assert same in capture.line and same in kv.line
+    assert capture.reason.endswith("(while capturing CUDA graphs)")
+    assert kv.reason.endswith("(while allocating the KV cache)")
+
+
+def test_stage_lines_of_the_real_logs_are_no_failure_lines() -> None:
+    """A stage line is read as a stage and never classified: one that also matched a
+    failure pattern would hide that failure. Every stage appears in the kept logs."""
+    seen = set()
+    for log in GPU_DATA.glob("*.log"):
+        for line in log.read_text().splitlines():
+            stage = stage_of(line)
+            if stage is not None:
+                seen.add(stage)
+                assert classify_line(line) is None, line
+    vllm_stages = {s.label for s in get_engine("vllm").start_stages}
+    # the kept failures all stop before the graphs are done
+    assert seen == vllm_stages - {"warming up after CUDA-graph capture"}
 
 
 def test_every_kept_gpu_log_is_a_case() -> None:

@@ -116,7 +116,7 @@ def test_most_specific_wins_over_order() -> None:
     )
     assert classify_log(log).failure == F.cuda_oom
     log2 = "ValueError: something odd\nRuntimeError: CUDA error: device-side assert triggered\n"
-    assert classify_log(log2) == (
+    assert classify_log(log2) == Classification(
         F.cuda_error,
         "RuntimeError: CUDA error: device-side assert triggered",
     )
@@ -128,8 +128,10 @@ def test_first_line_of_equal_rank_is_the_reason() -> None:
 
 
 def test_nothing_matches() -> None:
-    assert classify_log("INFO: all fine\nWARNING: NCCL WARN minor thing\n") == (F.unknown, "")
-    assert classify_log("") == (F.unknown, "")
+    assert classify_log("INFO: all fine\nWARNING: NCCL WARN minor thing\n") == Classification(
+        F.unknown, ""
+    )
+    assert classify_log("") == Classification(F.unknown, "")
 
 
 def test_failure_class_values_match_trial_schema() -> None:
@@ -195,17 +197,17 @@ def test_explain_fault_finds_an_oom_under_many_access_lines(stalled: bool) -> No
 
 def test_explain_fault_names_specific_causes_of_a_live_server() -> None:
     footprint = "MemoryError: Memory footprint 151263477760 is more than available memory 1264"
-    assert explain_fault(f"{ACCESS}\n{footprint}\n{ACCESS}\n", stalled=False) == (
+    assert explain_fault(f"{ACCESS}\n{footprint}\n{ACCESS}\n", stalled=False) == Classification(
         F.cuda_oom,
         footprint,
     )
     rejected = "RuntimeError: No requests can be scheduled and no requests can be offloaded."
-    assert explain_fault(f"{ACCESS}\n  {rejected}  \n", stalled=False) == (
+    assert explain_fault(f"{ACCESS}\n  {rejected}  \n", stalled=False) == Classification(
         F.config_rejected,
         rejected,
     )
     cuda = "RuntimeError: CUDA error: an illegal memory access was encountered"
-    assert explain_fault(cuda, stalled=True) == (F.cuda_error, cuda)
+    assert explain_fault(cuda, stalled=True) == Classification(F.cuda_error, cuda)
 
 
 def test_explain_fault_compile_markers_only_count_when_stalled() -> None:
@@ -229,7 +231,7 @@ def test_explain_fault_compile_markers_only_count_when_stalled() -> None:
 )
 def test_explain_fault_compile_markers(marker: str) -> None:
     found = explain_fault(f"{ACCESS}\n{marker}\n{ACCESS}\n", stalled=True)
-    assert found == (F.compile_timeout, marker)
+    assert found == Classification(F.compile_timeout, marker)
 
 
 def test_explain_fault_no_compile_marker_in_plain_text() -> None:
@@ -247,7 +249,7 @@ def test_explain_fault_ignores_generic_errors() -> None:
 
 def test_explain_fault_oom_wins_over_compile_markers_when_stalled() -> None:
     for log in (f"{COMPILE_LOG}{TF_OOM}\n", f"{TF_OOM}\n{COMPILE_LOG}"):
-        assert explain_fault(log, stalled=True) == (F.cuda_oom, TF_OOM)
+        assert explain_fault(log, stalled=True) == Classification(F.cuda_oom, TF_OOM)
 
 
 def test_explain_fault_empty_or_quiet_log() -> None:

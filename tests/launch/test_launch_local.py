@@ -150,6 +150,34 @@ def test_exit_before_ready_fails_fast(
     assert launcher.pids() == {}
 
 
+def test_a_start_failure_names_the_stage_its_line_does_not(
+    launcher: LocalLauncher, make_spec: SpecFactory
+) -> None:
+    """A plain CUDA OOM reads the same at every stage of a start; the reason adds where it
+    came (SGLang's start-up lines, as the simulated server prints them), the failure class
+    stays ``cuda_oom``."""
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    spec = make_spec(
+        "decode",
+        "--ready-after",
+        "60",
+        *("--log", "Load weight begin. avail mem=79.40 GB"),
+        *("--log", "KV Cache is allocated. #tokens: 81920, K size: 2.50 GB"),
+        *("--log", "Capture cuda graph begin. This can take up to several minutes."),
+        *("--log", oom),
+        "--exit-code",
+        "1",
+        "--exit-after",
+        "0.3",
+        timeout_s=30,
+    )
+    with pytest.raises(LaunchError) as info:
+        launcher.apply({"decode": spec})
+    err = info.value
+    assert err.failure == "cuda_oom"
+    assert err.reason.endswith(f"{oom} (while capturing CUDA graphs)"), err.reason
+
+
 def test_failure_leaves_consistent_state(launcher: LocalLauncher, make_spec: SpecFactory) -> None:
     bad = make_spec(
         "prefill",
