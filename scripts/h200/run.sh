@@ -45,7 +45,9 @@
 #                  for each N of $ALSO (an existing check study too, once), then `autotune run`
 #                  of it ($CHECK_TRIALS trials, the top three measured three times) in the
 #                  background
-#   watch SECONDS  wait until the background job ends or SECONDS pass, then collect
+#   watch SECONDS  wait until the background job ends or SECONDS pass, then collect (never
+#                  past $CALL_S - $COLLECT_S seconds from the call's start: `watch 600` is the
+#                  longest a call allows)
 #   collect        snapshot the database, write the report and `best` into $OUT; tar the
 #                  side-by-side directory ($SIDE_DIR: the sweep's JSON results and logs, the
 #                  agreement's runs, results.json) into $OUT/$STUDY-side-by-side.tar.gz
@@ -119,6 +121,10 @@ SWEEP_SEQS=${SWEEP_SEQS:-64,128,256,512,1024}
 SWEEP_TOKENS=${SWEEP_TOKENS:-2048,4096,8192,16384}
 SWEEP_RUNS=${SWEEP_RUNS:-3}
 ROUNDS=${ROUNDS:-3}
+# The device call's limit in seconds from this script's start (the device tool's timeout_s,
+# at most 600): every `watch` ends in time to collect within it.
+CALL_S=${CALL_S:-595}
+COLLECT_S=${COLLECT_S:-30}
 CHECK_TRIALS=${CHECK_TRIALS:-3}
 WINNER_STUDY=${WINNER_STUDY:-${STUDY%-check}}
 WINNER_DB=${WINNER_DB:-benchmarks/h200/$WINNER_STUDY.db}
@@ -282,7 +288,17 @@ check() {
 }
 
 watch() {
-  local end=$((SECONDS + ${1:-540})) f
+  # The device tool kills a call at its limit, and a watch that is killed never collects: the
+  # call's snapshot is lost (it happened when `kit models sweep watch 530` spent 76 s before
+  # the watch began). So a watch ends COLLECT_S before the call's CALL_S, whatever it asked.
+  local want=${1:-540} left f
+  left=$((CALL_S - COLLECT_S - SECONDS))
+  if [ "$want" -gt "$left" ]; then
+    [ $left -lt 0 ] && left=0
+    say "watch $want cut to $left s: the call ends at $CALL_S s (CALL_S), collect needs $COLLECT_S s"
+    want=$left
+  fi
+  local end=$((SECONDS + want))
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
   if running; then say "still running after the watch"; else say "the run has ended"; fi
   for f in "$LOG" "$SIDE_LOG"; do

@@ -1,0 +1,70 @@
+"""scripts/h200/run.sh's `watch` ends in time to collect within the device call.
+
+The device tool kills a call at its limit; a watch killed before it collects returns nothing,
+and the snapshot of that call is lost (2026-12-05: `kit models sweep watch 530` spent 76 s on
+the kit and the model before the watch began). Here a background job that outlives the
+watch stands in for the study (a ``sleep`` whose pid is the study's pid file, as `start`
+writes it), and the call's limit is a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_SH = REPO / "scripts" / "h200" / "run.sh"
+
+
+@pytest.fixture
+def running_study(tmp_path: Path) -> Iterator[str]:
+    """A study name whose background job (a sleep) is running, as `start` leaves it."""
+    study = f"test-watch-{os.getpid()}-{time.monotonic_ns()}"
+    logs = REPO / "studies" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    sleeper = subprocess.Popen(["sleep", "120"])
+    pidfile = logs / f"{study}-run.pid"
+    pidfile.write_text(str(sleeper.pid))
+    try:
+        yield study
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        pidfile.unlink(missing_ok=True)
+
+
+def _watch(study: str, out: Path, seconds: int, **env: str) -> tuple[str, float]:
+    t0 = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(RUN_SH), "watch", str(seconds)],
+        env={**os.environ, "STUDY": study, "OUT": str(out), "PY": sys.executable, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, time.monotonic() - t0
+
+
+def test_a_watch_longer_than_the_call_is_cut_to_leave_collect_its_time(
+    running_study: str, tmp_path: Path
+) -> None:
+    out, elapsed = _watch(running_study, tmp_path, 500, CALL_S="16", COLLECT_S="6")
+    assert "watch 500 cut to 10 s: the call ends at 16 s (CALL_S)" in out
+    assert "still running after the watch" in out  # it returned while the job ran on
+    assert elapsed < 60  # 10 s and a collect, not 500 s (headroom for a busy machine)
+    assert elapsed >= 9
+
+
+def test_a_watch_within_the_call_is_not_cut(running_study: str, tmp_path: Path) -> None:
+    out, elapsed = _watch(running_study, tmp_path, 1)  # the default call limit, 595 s
+    assert "cut to" not in out
+    assert "still running after the watch" in out
+    assert elapsed < 60
