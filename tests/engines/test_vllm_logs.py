@@ -98,8 +98,9 @@ def test_the_servers_counters_over_a_real_window() -> None:
 GPU_DATA = Path(__file__).resolve().parent / "data" / "vllm-0.26.0"
 """Logs of the GPU build, vLLM 0.26.0 on one H200 (``scripts/h200/run.sh failures``, the
 configurations of ``scripts/h200/failures-vllm-0.26.0.txt`` and ``-capture.txt``), unedited
-but for the harness's own closing line. Every line there carries its process, ``(EngineCore pid=N)`` or
-``(APIServer pid=N)``: the generic line-start patterns miss them, the engine's own must not."""
+but for the harness's own closing line. Every line there carries its process,
+``(EngineCore pid=N)`` or ``(APIServer pid=N)``: the generic line-start patterns miss them, the
+engine's own must not."""
 
 GPU_CASES = [
     # --gpu-memory-utilization 1.0: more than the free memory at start.
