@@ -36,7 +36,7 @@ class SGLangEngine(BaseEngine):
     # CUDA OOM says nothing of where.
     start_stages: ClassVar[tuple[StartStage, ...]] = (
         StartStage(r"Load weight begin\.", "loading the weights"),
-        StartStage(r"KV Cache is allocated\.", "after allocating the KV cache"),
+        StartStage(r"KV Cache is allocated\.", "starting up after the KV cache was allocated"),
         StartStage(r"Capture cuda graph begin\.", "capturing CUDA graphs"),
         StartStage(r"Capture cuda graph end\.", "warming up after CUDA-graph capture"),
     )

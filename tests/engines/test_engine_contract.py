@@ -78,6 +78,8 @@ def test_start_stages_compile_with_one_label_each(engine: BaseEngine) -> None:
     for stage in engine.start_stages:
         re.compile(stage.pattern)
         assert stage.label and stage.label == stage.label.strip()
+        # the reason reads "(while LABEL)": a label is what the engine is doing
+        assert stage.label.split()[0].endswith("ing"), stage.label
     labels = [s.label for s in engine.start_stages]
     assert len(labels) == len(set(labels))  # one label per stage: the reason names one
 
