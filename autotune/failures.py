@@ -111,7 +111,7 @@ class Classification(NamedTuple):
 
     @property
     def reason(self) -> str:
-        """The line, and where in the start-up it came when the line does not say."""
+        """The line, then the start-up stage it came in (when a stage line preceded it)."""
         if self.stage and self.line:
             return f"{self.line} (while {self.stage})"
         return self.line

@@ -15,12 +15,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from e2e_helpers import autotune_cli, load
@@ -34,6 +32,7 @@ from sshd_hosts import (
     acquire_lab,
     release_lab,
     skip_reason,
+    wait_http,
 )
 
 from autotune.deployment import load_deployment
@@ -111,19 +110,6 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         release_lab()
 
 
-def _wait(url: str, *, up: bool = True, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ok = httpx.get(url, timeout=1).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok == up:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{url} {'never answered' if up else 'still answers'}")
-
-
 @pytest.fixture(scope="module")
 def deployed(host: Host, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """The bundled simulated deployment as it runs today: prefill and decode as units (part of
@@ -149,7 +135,7 @@ def deployed(host: Host, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     for unit in UNITS.values():
         host.systemctl("start", unit)
     for name in UNITS:
-        _wait(f"http://127.0.0.1:{specs[name].port}/health")
+        wait_http(f"http://127.0.0.1:{specs[name].port}/health")
     return dict(specs)
 
 
@@ -234,7 +220,7 @@ def test_units_imported_over_ssh_tune_for_three_trials_then_restore(
     autotune_cli("restore", *common[:2], *common[4:], cwd=tmp_path, timeout=300)
     assert not any(p.exists() for p in dropins)
     for name, unit in UNITS.items():
-        _wait(f"http://127.0.0.1:{specs[name].port}/health")  # type: ignore[attr-defined]
+        wait_http(f"http://127.0.0.1:{specs[name].port}/health")  # type: ignore[attr-defined]
         running = json.loads((host.state / "run" / f"{unit}.json").read_text())
         assert running["argv"] == list(specs[name].argv)  # type: ignore[attr-defined]
 

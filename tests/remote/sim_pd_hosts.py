@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import yaml
-from sshd_hosts import FAKE_SYSTEMD_DIR, SSHLab
+from sshd_hosts import FAKE_SYSTEMD_DIR, SSHLab, wait_http
 
 UNIT = "sim-decode.service"
 REPO = Path(__file__).resolve().parents[2]
@@ -186,13 +184,5 @@ def install_original_unit(lab: SSHLab, decode_addr: str) -> None:
 
 
 def wait_health(url: str, *, up: bool, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ok = httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok == up:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{url} {'never healthy' if up else 'still answering'}")
+    """Until the server at ``url`` is healthy (``up``) or gone."""
+    wait_http(url + "/health", up=up, timeout_s=timeout)

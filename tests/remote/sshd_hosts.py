@@ -60,6 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from autotune.ports import pick_free_port as free_port
 from autotune.remote.hosts import HostSpec
 
@@ -121,6 +123,20 @@ def wait_port(address: str, port: int, *, timeout_s: float = 10.0) -> bool:
         except OSError:
             time.sleep(0.02)
     return False
+
+
+def wait_http(url: str, *, up: bool = True, timeout_s: float = 30) -> None:
+    """Until ``url`` answers 200 (``up``) or stops answering 200; AssertionError on time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ok = httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok == up:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{url} {'never answered 200' if up else 'still answers 200'}")
 
 
 def _alive(pid: int) -> bool:
