@@ -31,6 +31,7 @@ never leave their module (or the private siblings it was split into, as ``remote
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class AutotuneError(Exception):
@@ -78,12 +79,15 @@ class LaunchError(AutotuneError):
         service: str,
         failure: str,
         log_tail: str = "",
+        startup: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"{service}: {failure}: {message}")
         self.service = service
         self.failure = failure
         self.reason = message
         self.log_tail = log_tail
+        self.startup = startup
+        """The failed start's stages as far as it got (``ServiceStartup``, dumped), if read."""
 
 
 class BenchError(AutotuneError):

@@ -221,6 +221,9 @@ class LogScan:
     def __init__(self) -> None:
         self._best: tuple[int, Failure, str, str] | None = None
         self._stage = ""
+        self.entered: list[str] = []
+        """The start-up stages entered so far, in order (a stage line repeating the current
+        stage, as vLLM's two graph captures do, enters nothing new)."""
 
     def feed(self, text: str, *, fatal: Collection[Failure] = ()) -> bool:
         """Take ``text`` (complete lines); True when one of them is of a ``fatal`` class."""
@@ -228,6 +231,8 @@ class LogScan:
         for raw in text.splitlines():
             stage = stage_of(raw)
             if stage is not None:
+                if stage != self._stage:
+                    self.entered.append(stage)
                 self._stage = stage
                 continue
             hit = classify_line(raw)

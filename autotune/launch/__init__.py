@@ -2,7 +2,8 @@
 
 ``Launcher.apply(specs)`` restarts only the services whose rendered spec changed, starts
 them in dependency order, waits for health, and raises ``LaunchError`` with a
-``FailureClass`` read from the log when a start fails.
+``FailureClass`` read from the log when a start fails; ``ApplyResult.startup`` says where
+each start's time went (``ServiceStartup``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from autotune.failures import Classification, FailureClass, classify_log, explai
 from autotune.launch.base import ApplyResult, EventCallback, Launcher
 from autotune.launch.local import LocalLauncher
 from autotune.launch.managed import ManagedLauncher
+from autotune.launch.startup import BEFORE_STAGES, ServiceStartup, StageMark
 
 __all__ = [
+    "BEFORE_STAGES",
     "ApplyResult",
     "Classification",
     "EventCallback",
@@ -22,6 +25,8 @@ __all__ = [
     "Launcher",
     "LocalLauncher",
     "ManagedLauncher",
+    "ServiceStartup",
+    "StageMark",
     "classify_log",
     "explain_fault",
 ]

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from autotune.dependencies import DependencyError, dependency_order
 from autotune.errors import ConfigError, LaunchError
 from autotune.failures import Failure, classify_log
+from autotune.launch.startup import ServiceStartup
 from autotune.specs import ServiceSpec
 
 _L = TypeVar("_L", bound="Launcher")
@@ -65,6 +66,8 @@ class ApplyResult:
     stop_seconds: float = 0.0
     total_seconds: float = 0.0
     info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    startup: dict[str, ServiceStartup] = field(default_factory=dict)
+    """The start-up stages of each restarted service whose launcher reads them."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,11 @@ class Launcher(ABC):
         """The service's resolved arguments (``spec.info_url``), if it can be read."""
         return None
 
+    def _startup_of(self, name: str, *, ready: bool) -> ServiceStartup | None:
+        """The start-up stages of a service started by this apply, ``ready`` or failed just
+        now, if this launcher reads them."""
+        return None
+
     @abstractmethod
     def stop_all(self) -> None:
         """Stop every service this launcher (or, where it can tell, an earlier one) started."""
@@ -163,7 +171,8 @@ class Launcher(ABC):
         for name in kept:
             emit(name, "kept")
 
-        seconds = self._start_gated(specs, order, to_start, waiting, kept, emit, deadline)
+        startup: dict[str, ServiceStartup] = {}
+        seconds = self._start_gated(specs, order, to_start, waiting, kept, emit, deadline, startup)
         restarted = [n for n in order if n in seconds]
         info = {n: self._info[n] for n in order if n in self._info}
         return ApplyResult(
@@ -174,6 +183,7 @@ class Launcher(ABC):
             stop_seconds=stop_seconds,
             total_seconds=time.monotonic() - t0,
             info=info,
+            startup={n: startup[n] for n in restarted if n in startup},
         )
 
     def _start_gated(
@@ -185,6 +195,7 @@ class Launcher(ABC):
         kept: list[str],
         emit: EventCallback,
         deadline: float | None,
+        startup: dict[str, ServiceStartup],
     ) -> dict[str, float]:
         ready = set(kept)
         pending = [n for n in order if n in to_start or n in waiting]
@@ -206,6 +217,9 @@ class Launcher(ABC):
                     if self._poll_ready(specs[name]):
                         seconds[name] = time.monotonic() - inflight.pop(name)
                         ready.add(name)
+                        stages = self._startup_of(name, ready=True)
+                        if stages is not None:
+                            startup[name] = stages
                         progressed = True
                         emit(name, "ready")
                         if specs[name].info_url:
@@ -214,12 +228,14 @@ class Launcher(ABC):
                                 self._info[name] = info
                 if inflight and deadline is not None and time.monotonic() >= deadline:
                     late = next(iter(inflight))
+                    stages = self._startup_of(late, ready=False)
                     self._stop(list(inflight), emit)
                     raise LaunchError(
                         "the trial's deadline (trial_timeout_s) passed while it was starting",
                         service=late,
                         failure=Failure.trial_timeout.value,
                         log_tail=self.log_tails({late: specs[late]}),
+                        startup=stages.model_dump() if stages is not None else None,
                     )
                 if inflight and not progressed:
                     time.sleep(self.poll_interval_s)

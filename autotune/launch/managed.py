@@ -12,6 +12,8 @@ only starts, stops and reads logs; everything else is here, once, for all of the
   after the line is written, not at the readiness timeout;
 * failure classification from the whole log since the start (:class:`LogScan`), the
   wording of every start failure, ``host_unreachable`` when the shell loses its host;
+* the start-up stages those scans read, with when, for the trial's record
+  (:mod:`autotune.launch.startup`);
 * ``/server_info`` read once a service is healthy;
 * stops in reverse dependency order: a service only after what depends on it, independent
   ones concurrently.
@@ -30,6 +32,7 @@ from autotune.errors import LaunchError
 from autotune.failures import FATAL_WHILE_ALIVE, Failure, LogScan
 from autotune.launch.base import EventCallback, Launcher, RunningState
 from autotune.launch.health import HealthProber, ProbeResult
+from autotune.launch.startup import ServiceStartup, StageMark
 from autotune.remote.managers.base import CLASSIFY_LINES, ServiceManager, last_lines
 from autotune.remote.shell import ShellError
 from autotune.specs import ServiceSpec
@@ -51,6 +54,22 @@ class _Started:
     checked_mono: float = -math.inf
     scan: LogScan = field(default_factory=LogScan)
     ready: bool = False
+    marks: list[StageMark] = field(default_factory=list)
+    """The start-up stage lines read so far, with when (:mod:`autotune.launch.startup`)."""
+
+    def feed(self, text: str, fatal: Collection[Failure] = ()) -> bool:
+        """Scan new log text; note the stages it enters as read now."""
+        before = len(self.scan.entered)
+        hit = self.scan.feed(text, fatal=fatal)
+        at_s = time.monotonic() - self.started_mono
+        self.marks.extend(StageMark(stage=st, at_s=at_s) for st in self.scan.entered[before:])
+        return hit
+
+    def startup(self, *, ready: bool) -> ServiceStartup:
+        elapsed = time.monotonic() - self.started_mono
+        if ready:
+            return ServiceStartup(stages=list(self.marks), ready_s=elapsed)
+        return ServiceStartup(stages=list(self.marks), failed_s=elapsed)
 
 
 def _noop(service: str, event: str) -> None:
@@ -188,12 +207,14 @@ class ManagedLauncher(Launcher):
             return True
         if time.monotonic() - s.started_mono > spec.ready_timeout_s:
             tail = self._tail(s, TAIL_LINES)
+            startup = s.startup(ready=False)
             self._stop([spec.name], _noop)
             raise LaunchError(
                 readiness_reason(spec, probe),
                 service=spec.name,
                 failure=Failure.readiness_timeout.value,
                 log_tail=tail,
+                startup=startup.model_dump(),
             )
         return False
 
@@ -205,13 +226,14 @@ class ManagedLauncher(Launcher):
             alive = s.manager.alive(name)
         except ShellError as exc:
             raise _host_error(s.spec, exc) from None
-        fatal = s.scan.feed(text, fatal=self.fatal_while_alive)
+        fatal = s.feed(text, fatal=self.fatal_while_alive)
         if not alive or fatal:
             self._fail(s, exited=not alive)
 
     def _fail(self, s: _Started, *, exited: bool) -> None:
         """Stop the service, classify its log since the start, raise LaunchError."""
         name = s.spec.name
+        startup = s.startup(ready=False)  # the stages as read: the tail below repeats lines
         try:
             text = s.manager.log_tail(name, lines=CLASSIFY_LINES)
             code = s.manager.exit_code(name) if exited else None
@@ -228,6 +250,7 @@ class ManagedLauncher(Launcher):
             service=name,
             failure=failure.value,
             log_tail=last_lines(text, TAIL_LINES),
+            startup=startup.model_dump(),
         )
 
     def _tail(self, s: _Started, lines: int) -> str:
@@ -238,6 +261,18 @@ class ManagedLauncher(Launcher):
 
     def _fetch_info(self, spec: ServiceSpec) -> dict[str, Any] | None:
         return self._prober.fetch_json(spec.info_url) if spec.info_url else None
+
+    def _startup_of(self, name: str, *, ready: bool) -> ServiceStartup | None:
+        s = self._started.get(name)
+        if s is None:
+            return None
+        if ready:  # the lines written since the last check: the last stage's line is often
+            try:  # printed a moment before the server answers
+                text, s.log_offset = s.manager.log_since(name, s.log_offset)
+                s.feed(text)
+            except ShellError:
+                pass
+        return s.startup(ready=ready)
 
     # ----------------------------------------------------------------- contract
     def log_tails(self, specs: Mapping[str, ServiceSpec], *, lines: int = 40) -> str:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from autotune.report._common import _e, _num, _pct, _plot, _section_open, _table
 from autotune.report._data import ReportData
+from autotune.results import TrialResult
 
 PHASES: tuple[str, ...] = ("restart", "probe", "warmup", "measure", "tuner")
 
@@ -99,7 +100,63 @@ def section(data: ReportData) -> str | None:
             f"({_pct(spent / (grand + spent) if grand + spent else None)} of all recorded time; "
             "not in the table above).</p>"
         )
-    return head + _plot(fig, "plot-time") + table + summary + "</section>"
+    return head + _plot(fig, "plot-time") + table + summary + _startup(timed) + "</section>"
+
+
+def _startup(results: Sequence[TrialResult]) -> str:
+    """Where the restarts went, stage by stage (the stage lines each engine prints while it
+    starts: :mod:`autotune.launch.startup`), with the trial that spent the most in each: a
+    stage that costs much more in some configurations (torch.compile, CUDA-graph capture)
+    is a cost of those settings, which the study's time budget pays at every restart."""
+    spans: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    healthy: dict[str, list[tuple[float, int]]] = {}
+    staged = False
+    for r in results:
+        for service, st in r.startup.items():
+            staged = staged or bool(st.stages)
+            for stage, seconds in st.spans():
+                spans.setdefault((service, stage), []).append((seconds, r.number))
+            if st.ready_s is not None:
+                healthy.setdefault(service, []).append((st.ready_s, r.number))
+    if not staged:
+        return ""
+    rows = []
+    for service in dict.fromkeys(s for s, _ in spans):
+        for (svc, stage), values in spans.items():
+            if svc != service:
+                continue
+            top = max(values)
+            rows.append(
+                [
+                    _e(service),
+                    _e(stage),
+                    str(len(values)),
+                    _num(_median([v for v, _ in values]), 1),
+                    f"{_num(top[0], 1)} (#{top[1]})",
+                ]
+            )
+        if service in healthy:
+            top = max(healthy[service])
+            rows.append(
+                [
+                    _e(service),
+                    "<b>start to healthy</b>",
+                    str(len(healthy[service])),
+                    _num(_median([v for v, _ in healthy[service]]), 1),
+                    f"{_num(top[0], 1)} (#{top[1]})",
+                ]
+            )
+    table = _table(
+        ["service", "start-up stage", "starts", "median s", "longest s (trial)"],
+        rows,
+        numeric={2, 3, 4},
+    )
+    return (
+        "<h3>Start-up, by stage</h3><p>From each stage line the engine printed while it "
+        "started to the next (the first stage from the process start, the last until the "
+        "server answered; failed starts until they failed), as the launcher read the log. "
+        "Stages of the configurations that failed count too.</p>" + table
+    )
 
 
 def _median(values: Sequence[float]) -> float:

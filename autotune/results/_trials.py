@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.launch import ServiceStartup
 from autotune.telemetry import Telemetry
 from autotune.trial.record import ConfigValue, ServiceRecord, TrialRecord
 
@@ -71,6 +72,8 @@ class TrialResult(BaseModel):
     engine_version: dict[str, str] = Field(default_factory=dict)
     deployment: str | None = None
     restarted: list[str] = Field(default_factory=list)
+    startup: dict[str, ServiceStartup] = Field(default_factory=dict)
+    """Service -> its start-up stages (``TrialRecord.startup``)."""
     duration_s: float | None = None
     feasible: bool = False
     throughput: float | None = None
@@ -132,6 +135,7 @@ class TrialResult(BaseModel):
                 engine_version=record.engine_version,
                 deployment=record.deployment,
                 restarted=record.restarted,
+                startup=record.startup,
                 duration_s=trial.duration.total_seconds() if trial.duration else None,
                 feasible=feasible(trial),
                 throughput=_throughput(values, names, record.metrics),

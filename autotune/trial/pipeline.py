@@ -30,7 +30,7 @@ from autotune.engines import BaseEngine
 from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
 from autotune.failpoints import failpoint
 from autotune.failures import NOT_THE_CONFIG, Failure
-from autotune.launch import Launcher, explain_fault
+from autotune.launch import Launcher, ServiceStartup, explain_fault
 from autotune.loadgen import AbortRule, LoadSpec, probe_text
 from autotune.render import render
 from autotune.space import SearchSpace
@@ -215,6 +215,8 @@ class TrialPipeline:
             phases["restart"] = time.monotonic() - t
             if exc.failure in NOT_THE_CONFIG:
                 raise HostFailure(str(exc)) from None
+            if exc.startup is not None:
+                record.startup = {exc.service: ServiceStartup.model_validate(exc.startup)}
             return failed(
                 self.scorer,
                 record,
@@ -224,6 +226,8 @@ class TrialPipeline:
             )
         phases["restart"] = time.monotonic() - t
         record.restarted = list(applied.restarted)
+        if applied.startup:
+            record.startup = dict(applied.startup)
         record.effective = dict(applied.info)
         self._read_back(prepared, record)
 

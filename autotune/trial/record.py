@@ -18,15 +18,16 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.launch import ServiceStartup
 from autotune.telemetry import Telemetry
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
 ``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
 (a trial carried from an earlier study by a warm start, not one of this study's); 4:
 ``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points); 5:
 ``client_cpus`` (where the load generator ran); 6: ``telemetry`` (the GPUs over the measured
-phase, or why none)."""
+phase, or why none); 7: ``startup`` (each restarted service's start-up stages, with when)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -81,6 +82,9 @@ class TrialRecord(BaseModel):
     phase_seconds: dict[str, float] = Field(default_factory=zero_phases)
     services: dict[str, ServiceRecord] = Field(default_factory=dict)
     restarted: list[str] = Field(default_factory=list)
+    startup: dict[str, ServiceStartup] = Field(default_factory=dict)
+    """Service -> its start-up stages and when each began, for each service (re)started for
+    the trial, healthy or failed (:mod:`autotune.launch.startup`): where the restart went."""
     effective: dict[str, Any] = Field(default_factory=dict)
     """Service -> the arguments the server reports it runs with (``/server_info``)."""
     overrides: list[str] = Field(default_factory=list)

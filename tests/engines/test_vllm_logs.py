@@ -234,5 +234,22 @@ def test_stage_lines_of_the_real_logs_are_no_failure_lines() -> None:
     assert seen == vllm_stages - {"warming up after CUDA-graph capture"}
 
 
+@pytest.mark.parametrize("log", [c[0] for c in GPU_CASES])
+def test_a_real_start_enters_its_stages_once_each_in_vllms_order(log: str) -> None:
+    """What the launcher times (``ServiceStartup``): the stages a real log enters, fed as
+    it is read, come in the declared order, each once (vLLM prints a capture line per graph
+    mode and a compile line per range)."""
+    order = [s.label for s in get_engine("vllm").start_stages]
+    scan = LogScan()
+    for chunk in (GPU_DATA / log).read_text().splitlines(keepends=True):
+        scan.feed(chunk)
+    assert len(set(scan.entered)) == len(scan.entered), scan.entered
+    assert scan.entered == sorted(scan.entered, key=order.index), scan.entered
+    # each fails in the last stage it entered ("" for refusals before the first)
+    assert (scan.entered[-1] if scan.entered else "") == scan.result.stage
+    if log == "start-oom-capture-full-graphs.log":  # two capture lines, one stage
+        assert scan.entered == order[: order.index("capturing CUDA graphs") + 1]
+
+
 def test_every_kept_gpu_log_is_a_case() -> None:
     assert sorted(p.name for p in GPU_DATA.glob("*.log")) == sorted(c[0] for c in GPU_CASES)

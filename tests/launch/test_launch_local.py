@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from autotune.errors import LaunchError
-from autotune.launch import FailureClass, LocalLauncher
+from autotune.launch import BEFORE_STAGES, FailureClass, LocalLauncher, ServiceStartup
 
 if TYPE_CHECKING:
     from conftest import SpecFactory
@@ -176,6 +176,59 @@ def test_a_start_failure_names_the_stage_its_line_does_not(
     err = info.value
     assert err.failure == "cuda_oom"
     assert err.reason.endswith(f"{oom} (while capturing CUDA graphs)"), err.reason
+    # the failed start's stages are kept for the trial, each once, ending at the failure
+    assert err.startup is not None
+    failed = ServiceStartup.model_validate(err.startup)
+    assert [m.stage for m in failed.stages] == [
+        "loading the weights",
+        "starting up after the KV cache was allocated",
+        "capturing CUDA graphs",
+    ]
+    assert failed.ready_s is None and failed.failed_s is not None  # the OOM line, not the exit
+    assert failed.failed_s >= failed.stages[-1].at_s
+    assert failed.spans()[-1][0] == "capturing CUDA graphs"
+
+
+# vLLM 0.26.0's own lines (tests/engines/data/vllm-0.26.0/), printed at these seconds
+VLLM_START = (
+    (0.4, "(EngineCore pid=4440) INFO [model_runner.py:284] Loading model from scratch..."),
+    (1.0, "(EngineCore pid=4440) INFO [backends.py:1155] Dynamo bytecode transform time: 7.68 s"),
+    (1.6, "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 67/67"),
+    (1.7, "Capturing CUDA graphs (decode, FULL): 100%|##| 35/35"),
+)
+
+
+def test_a_start_records_when_each_stage_began(
+    launcher: LocalLauncher, make_spec: SpecFactory
+) -> None:
+    """The launcher notes when it read each start-up stage line; the spans add up to the
+    start: before the first line, each stage until the next, the last until healthy."""
+    timed = [arg for after, line in VLLM_START for arg in ("--log-after", str(after), line)]
+    spec = make_spec("server", "--ready-after", "2.2", *timed, timeout_s=30)
+    result = launcher.apply({"server": spec})
+
+    startup = result.startup["server"]
+    labels = [m.stage for m in startup.stages]
+    # the second capture line repeats the stage: entered once
+    assert labels == [
+        "loading the model",
+        "compiling the model (torch.compile)",
+        "capturing CUDA graphs",
+    ]
+    # never read before it was printed (the clock starts before the process does)
+    for mark, (after, _) in zip(startup.stages, VLLM_START, strict=False):
+        assert mark.at_s >= after - 0.05, (mark, after)
+    assert [m.at_s for m in startup.stages] == sorted(m.at_s for m in startup.stages)
+    assert startup.ready_s is not None and startup.ready_s >= 2.15
+    assert startup.stages[-1].at_s <= startup.ready_s
+    spans = startup.spans()
+    assert [name for name, _ in spans] == [BEFORE_STAGES, *labels]
+    assert sum(sec for _, sec in spans) == pytest.approx(startup.ready_s, abs=1e-6)
+    assert spans[0][1] >= 0.35 and spans[-1][1] >= 0.45  # 0.4 s of start, 0.6 s of capture
+
+    # a kept service is not restarted: no start-up to report
+    again = launcher.apply({"server": spec})
+    assert again.kept == ["server"] and again.startup == {}
 
 
 def test_failure_leaves_consistent_state(launcher: LocalLauncher, make_spec: SpecFactory) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -131,6 +132,44 @@ def test_summary_baseline_best_and_time_breakdown(tmp_path: Path) -> None:
     assert "restart10.0" in time.replace(" ", "")  # mean seconds per trial
     top = page.sections["top"]
     assert top.index("1,000.0") < top.index("25.0")  # ranked by throughput
+
+
+def _start(
+    *marks: tuple[str, float], ready_s: float | None = None, failed_s: float | None = None
+) -> dict[str, Any]:
+    stages = [{"stage": stage, "at_s": at} for stage, at in marks]
+    return {"stages": stages, "ready_s": ready_s, "failed_s": failed_s}
+
+
+def test_the_restarts_time_by_start_up_stage(tmp_path: Path) -> None:
+    """The stages each start went through, summed up by stage: the median and the trial
+    that spent the longest in it (an fp8 configuration's compile, here), and start to
+    healthy; a failed start's stages count, its start to healthy does not."""
+    phases = {"restart": 60.0, "warmup": 2.0, "measure": 6.0, "tuner": 0.5}
+    fast = _start(("loading the model", 20.0), ("compiling", 25.0), ready_s=50.0)
+    slow = _start(("loading the model", 21.0), ("compiling", 26.0), ready_s=110.0)
+    oom = _start(("loading the model", 19.0), ("compiling", 24.0), failed_s=40.0)
+    specs = [
+        TrialSpec(is_baseline=True, phase_seconds=phases, attrs={"startup": {"server": fast}}),
+        TrialSpec(throughput=150.0, phase_seconds=phases, attrs={"startup": {"server": slow}}),
+        TrialSpec(failure="cuda_oom", phase_seconds=phases, attrs={"startup": {"server": oom}}),
+    ]
+    page = parse(write_report(make_study(tmp_path, specs), path=tmp_path / "r.html"))
+    assert "Start-up, by stage" in page.sections["time"]
+    time = page.sections["time"].replace(" ", "")  # the table's cells, run together
+    # service | stage | starts | median | longest (trial)
+    assert "servercompiling325.084.0(#1)" in time  # 25, 84 and 16 s
+    assert "serverstartingtheprocess320.021.0(#1)" in time
+    assert "serverloadingthemodel35.05.0(#2)" in time
+    assert "serverstarttohealthy280.0110.0(#1)" in time
+
+
+def test_no_start_up_table_without_stage_lines(tmp_path: Path) -> None:
+    phases = {"restart": 10.0, "warmup": 2.0, "measure": 6.0, "tuner": 2.0}
+    plain = {"startup": {"server": _start(ready_s=9.0)}}  # an engine printing no stage line
+    specs = [TrialSpec(is_baseline=True, phase_seconds=phases, attrs=plain)]
+    page = parse(write_report(make_study(tmp_path, specs), path=tmp_path / "r.html"))
+    assert "Start-up, by stage" not in page.sections["time"]
 
 
 def test_values_are_escaped(tmp_path: Path) -> None:

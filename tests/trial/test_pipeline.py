@@ -43,8 +43,13 @@ class FailingLauncher:
 
     def apply(self, specs: Mapping[str, ServiceSpec], **_: Any) -> Any:
         self.applied += 1
+        stages = {"stages": [{"stage": "capturing CUDA graphs", "at_s": 30.0}], "failed_s": 31.5}
         raise LaunchError(
-            "CUDA out of memory", service="decode", failure=self.failure, log_tail="OOM here"
+            "CUDA out of memory",
+            service="decode",
+            failure=self.failure,
+            log_tail="OOM here",
+            startup=stages,
         )
 
     def stop_all(self) -> None:
@@ -100,6 +105,8 @@ def test_a_failed_launch_keeps_its_class_reason_and_log(tmp_path: Path) -> None:
     )
     assert record.is_baseline and set(record.services) == {"prefill", "decode", "router"}
     assert record.phase_seconds["restart"] >= 0.0 and "measure" in record.phase_seconds
+    # where the failed start got to, for the report's start-up table
+    assert record.startup["decode"].spans()[-1] == ("capturing CUDA graphs", 1.5)
     stored = outcome.attrs
     assert stored["schema_version"] == SCHEMA_VERSION and stored["failure"] == "cuda_oom"
     assert "metrics" not in stored  # nothing was measured
@@ -123,11 +130,22 @@ def test_the_simulated_deployment_end_to_end_without_a_study(tmp_path: Path) -> 
         assert first.values[0] == pytest.approx(first.record.metrics["output_throughput"])
         assert first.record.metrics["completed"] == 8
         assert first.record.restarted == ["prefill", "decode", "router"]
+        # each worker's start-up stages as its log printed them (SGLang's lines); the router
+        # prints none: one span from its start to healthy
+        for worker in ("prefill", "decode"):
+            startup = first.record.startup[worker]
+            assert [m.stage for m in startup.stages][:2] == [
+                "loading the weights",
+                "starting up after the KV cache was allocated",
+            ], startup
+            assert startup.ready_s is not None and startup.ready_s >= startup.stages[-1].at_s
+        assert first.record.startup["router"].stages == []
         assert first.record.effective["decode"]["tp_size"] == 4
         assert first.record.engine_version == {"prefill": "0.5.23", "decode": "0.5.23"}
         assert pipeline.reference.get()  # the first healthy trial set it
         again = pipeline.evaluate(pipeline.space.complete(config))
         assert again.failure is None and again.record.restarted == []
+        assert again.record.startup == {}  # nothing started: nothing timed
         assert again.record.cache_flushed == []  # random prompts: nothing a cache could serve
 
 
