@@ -26,6 +26,7 @@ from engine_cpu import skip_unless_kernels_run
 from optuna.trial import TrialState
 from systemd_verify import SYSTEMD_ANALYZE, verify
 
+from autotune.engines import get_engine
 from autotune.results import feasible
 from engines.conftest import one_vllm_cpu_at_a_time
 
@@ -83,6 +84,15 @@ def test_the_baseline_is_measured_and_its_server_read_back(tuned: Tuned) -> None
     assert counted["queue_time_count"] == requests
     assert counted["queue_time_mean_s"] > 0 and "queued_max" in counted
     assert 0 < counted["ttft_mean_s"] < counted["e2e_mean_s"]
+    # where its restart went: vLLM's own stage lines as the launcher read them, in vLLM's
+    # order, the first the model's load; the start to healthy is within the restart phase
+    startup = base["startup"]["server"]
+    order = [s.label for s in get_engine("vllm").start_stages]
+    labels = [m["stage"] for m in startup["stages"]]
+    assert labels and labels[0] == "loading the model", startup
+    assert labels == sorted(labels, key=order.index), labels
+    assert 0 < startup["stages"][0]["at_s"] <= startup["ready_s"]
+    assert startup["ready_s"] <= base["phase_seconds"]["restart"]
 
 
 def test_the_real_start_up_refusal_is_classified_from_the_real_log(tuned: Tuned) -> None:
@@ -93,6 +103,10 @@ def test_the_real_start_up_refusal_is_classified_from_the_real_log(tuned: Tuned)
     assert REFUSAL in refused["reason"], refused["reason"]
     assert REFUSAL in refused["log_tail"]
     assert "server_metrics" not in refused  # never measured
+    failed = refused["startup"]["server"]  # refused while its arguments were checked
+    assert (
+        failed["ready_s"] is None and 0 < failed["failed_s"] <= refused["phase_seconds"]["restart"]
+    )
     assert not feasible(load("vllm", tuned.db).trials[1])  # infeasible for the sampler
 
 
