@@ -1,9 +1,10 @@
 """Where a service's start-up time went, stage by stage.
 
-A restart is most of a trial's time on a real engine (on the H200 a vLLM start took 39-163 s
-against 20-50 s of load), and which part of it is what a user can act on: torch.compile and
-CUDA-graph capture depend on the configuration (an fp8 model compiled in 110-130 s where the
-bf16 defaults took 53-69 s), loading the model does not. The launcher reads each service's
+A restart is most of a trial's time on a real engine (on the H200 a vLLM 0.26.0 restart took
+39-163 s, a full measured phase about 20 s), and which part of it is what a user can act on:
+torch.compile and CUDA-graph capture depend on the configuration (fp8 weights restarted in
+101-130 s where the bf16 defaults took 53-69 s, and -O0 in 39-53 s), loading the model does
+not. The launcher reads each service's
 log while it waits for it (:class:`~autotune.failures.LogScan`) and notes when each start-up
 stage line of the engine (:class:`~autotune.engines.StartStage`) came; the trial stores that
 (``TrialRecord.startup``) and the report sums it up by stage.
