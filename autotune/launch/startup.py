@@ -2,12 +2,12 @@
 
 A restart is most of a trial's time on a real engine (on the H200 a vLLM 0.26.0 restart took
 39-163 s, a full measured phase about 20 s), and which part of it is what a user can act on:
-torch.compile and CUDA-graph capture depend on the configuration (fp8 weights restarted in
-101-130 s where the bf16 defaults took 53-69 s, and -O0 in 39-53 s), loading the model does
-not. The launcher reads each service's
-log while it waits for it (:class:`~autotune.failures.LogScan`) and notes when each start-up
-stage line of the engine (:class:`~autotune.engines.StartStage`) came; the trial stores that
-(``TrialRecord.startup``) and the report sums it up by stage.
+torch.compile and CUDA-graph capture depend on the configuration (fp8 weights, compiled and
+with CUDA graphs, restarted in 101-130 s where the bf16 defaults took 53-69 s and -O0 39-49 s),
+loading the model does not. The launcher reads each service's log while it waits for it
+(:class:`~autotune.failures.LogScan`) and notes when each start-up stage line of the engine
+(:class:`~autotune.engines.StartStage`) came; the trial stores that (``TrialRecord.startup``)
+and the report sums it up by stage.
 
 Times are seconds from the service's start to the moment autotune read the line (every poll
 on this machine, about once a second over SSH), not the engine's own timestamps: they need
