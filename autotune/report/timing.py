@@ -108,44 +108,34 @@ def _startup(results: Sequence[TrialResult]) -> str:
     starts: :mod:`autotune.launch.startup`), with the trial that spent the most in each: a
     stage that costs much more in some configurations (torch.compile, CUDA-graph capture)
     is a cost of those settings, which the study's time budget pays at every restart."""
-    spans: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    # service -> stage -> (seconds, trial), stages in the order the starts entered them
+    spans: dict[str, dict[str, list[tuple[float, int]]]] = {}
     healthy: dict[str, list[tuple[float, int]]] = {}
-    staged = False
     for r in results:
         for service, st in r.startup.items():
-            staged = staged or bool(st.stages)
             for stage, seconds in st.spans():
-                spans.setdefault((service, stage), []).append((seconds, r.number))
+                spans.setdefault(service, {}).setdefault(stage, []).append((seconds, r.number))
             if st.ready_s is not None:
                 healthy.setdefault(service, []).append((st.ready_s, r.number))
-    if not staged:
+    if not any(st.stages for r in results for st in r.startup.values()):
         return ""
+
+    def row(service: str, label: str, values: list[tuple[float, int]]) -> list[str]:
+        longest, trial = max(values)
+        median = _median([v for v, _ in values])
+        return [
+            _e(service),
+            label,
+            str(len(values)),
+            _num(median, 1),
+            f"{_num(longest, 1)} (#{trial})",
+        ]
+
     rows = []
-    for service in dict.fromkeys(s for s, _ in spans):
-        for (svc, stage), values in spans.items():
-            if svc != service:
-                continue
-            top = max(values)
-            rows.append(
-                [
-                    _e(service),
-                    _e(stage),
-                    str(len(values)),
-                    _num(_median([v for v, _ in values]), 1),
-                    f"{_num(top[0], 1)} (#{top[1]})",
-                ]
-            )
+    for service, stages in spans.items():
+        rows += [row(service, _e(stage), values) for stage, values in stages.items()]
         if service in healthy:
-            top = max(healthy[service])
-            rows.append(
-                [
-                    _e(service),
-                    "<b>start to healthy</b>",
-                    str(len(healthy[service])),
-                    _num(_median([v for v, _ in healthy[service]]), 1),
-                    f"{_num(top[0], 1)} (#{top[1]})",
-                ]
-            )
+            rows.append(row(service, "<b>start to healthy</b>", healthy[service]))
     table = _table(
         ["service", "start-up stage", "starts", "median s", "longest s (trial)"],
         rows,
