@@ -3,10 +3,12 @@
 Claims, heartbeats, batched writes and the migration need what Optuna keeps private: the
 storage under a study (``Study._storage``, ``_study_id``), a trial's id (``Trial._trial_id``),
 the RDB storage's SQLAlchemy engine and table models (``optuna.storages._rdb.models``), its
-cache wrapper (``_CachedStorage``), the constraint key. Each is reached through a function
-here, so an Optuna release that moves one breaks this module and its tests
-(tests/study/test_optuna_compat.py), not the tuner in the middle of a study; pyproject.toml
-caps Optuna at the minor releases this module was tested with.
+cache wrapper (``_CachedStorage``), the constraint key, and the random state samplers draw
+from (``LazyRandomState``, reseeded per trial by ``autotune/study/_trial_seed.py``). Each is
+reached through a function here, so an Optuna release that moves one breaks this module and
+its tests (tests/study/test_optuna_compat.py, tests/study/test_trial_seed.py), not the tuner
+in the middle of a study; pyproject.toml caps Optuna at the minor releases this module was
+tested with.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState  # what samplers draw from
 from optuna.storages._rdb import models as rdb_models  # Optuna's table models
 from optuna.storages._rdb.storage import _create_scoped_session as create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
@@ -46,6 +50,7 @@ except ImportError:  # pragma: no cover - another Optuna layout: Study.metric_na
 __all__ = [
     "StudySnapshot",
     "CONSTRAINTS_KEY",
+    "LazyRandomState",
     "METRIC_NAMES_KEY",
     "OPTUNA_TESTED",
     "BatchingStorage",
@@ -54,6 +59,7 @@ __all__ = [
     "create_scoped_session",
     "rdb_models",
     "rdb_of",
+    "seed_lazy_random_state",
     "set_trial_attr_without_commit",
     "storage_of",
     "study_id_of",
@@ -67,6 +73,12 @@ def set_trial_attr_without_commit(
 ) -> None:
     """Optuna's own attribute upsert inside a session the caller commits."""
     rdb._set_trial_attr_without_commit(session, model, trial_id, key, value)
+
+
+def seed_lazy_random_state(state: LazyRandomState, seed: int) -> None:
+    """Seed the random state an Optuna sampler draws from (``LazyRandomState._rng``, built
+    on first use), in place: whatever shares the object draws from the new stream."""
+    state._rng = np.random.RandomState(seed)
 
 
 def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:

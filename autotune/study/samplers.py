@@ -14,7 +14,10 @@ them, one concept each:
   nearby;
 * ``_trial_history``: the finished trials, the configurations tried, the conditional levers'
   gates;
-* ``_grid_sampler``: :class:`RandomOrderGridSampler` (``grid``).
+* ``_grid_sampler``: :class:`RandomOrderGridSampler` (``grid``);
+* ``_trial_seed``: :class:`TrialSeededSampler`, which every seeded sampler is wrapped in so
+  that trial N draws the same whether the study ran in one go, was resumed or is shared by
+  workers.
 
 The optional samplers (``gp``, ``catcma``, ``rfbo``) live behind
 ``autotune/study/extra_samplers.py``, imported only when one is chosen. Import from here; to
@@ -55,6 +58,7 @@ from autotune.study._trial_history import Gates
 from autotune.study._trial_history import _active as _active
 from autotune.study._trial_history import _finished as _finished
 from autotune.study._trial_history import _gates as _gates
+from autotune.study._trial_seed import TrialSeededSampler, unwrap
 from autotune.study.definition import SAMPLERS
 from autotune.study.hints import Hints
 
@@ -76,7 +80,9 @@ __all__ = [
     "LocalTPESampler",
     "RandomOrderGridSampler",
     "Signature",
+    "TrialSeededSampler",
     "make_sampler",
+    "unwrap",
 ]
 
 
@@ -98,7 +104,24 @@ def make_sampler(
     and ``rfbo`` (random-forest BO) need an extra each (``autotune/study/extra_samplers.py``).
     ``hints`` (the space's) shape the default sampler's start-up trials
     (:mod:`autotune.study.hints`); the others ignore them.
+
+    With a ``seed`` the sampler comes wrapped in :class:`TrialSeededSampler` (its random
+    states seeded from the seed and the trial's number before each trial: a resumed study
+    does not propose its first run's configurations again); :func:`unwrap` gives the one
+    underneath.
     """
+    sampler = _build(name, seed=seed, grid=grid, multi_objective=multi_objective, hints=hints)
+    return TrialSeededSampler(sampler, seed) if seed is not None else sampler
+
+
+def _build(
+    name: str,
+    *,
+    seed: int | None,
+    grid: Mapping[str, Sequence[Any]] | None,
+    multi_objective: bool,
+    hints: Hints | None,
+) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return LocalTPESampler(seed=seed, hints=hints)
     if name == "random":

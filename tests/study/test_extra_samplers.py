@@ -28,7 +28,7 @@ from autotune.study import _extra_common, extra_samplers
 from autotune.study.definition import SLOSettings
 from autotune.study.objectives import Objective
 from autotune.study.record import finish_trial
-from autotune.study.samplers import make_sampler
+from autotune.study.samplers import make_sampler, unwrap
 from autotune.trial import TrialOutcome, TrialRecord, failed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,7 +206,7 @@ def test_the_enqueued_baseline_is_told_not_sampled(space: SearchSpace) -> None:
     """CatCMA starts at the best start-up trial and tells generations as trials finish."""
     _needs("catcma")
     study, _, _ = _tune(space, "catcma", seed=3, trials=40)
-    sampler = study.sampler
+    sampler = unwrap(study.sampler)
     assert isinstance(sampler, extra_samplers.CatCMASampler)
     assert sampler._state is not None and sampler._state.optimizer.generation >= 2
     baseline = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING)

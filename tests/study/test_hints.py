@@ -17,7 +17,7 @@ import pytest
 
 from autotune.space import SearchSpace, parse_space
 from autotune.study.hints import ALL_HINTS_ATTR, Hints
-from autotune.study.samplers import LocalTPESampler, make_sampler
+from autotune.study.samplers import LocalTPESampler, make_sampler, unwrap
 
 BEST = {"a": 3, "b": 1, "c": 2, "d": 0, "e": 3}
 SEEDS = range(12)
@@ -146,6 +146,8 @@ def test_no_all_hints_trial_when_the_hints_are_the_baseline() -> None:
 def test_only_the_default_sampler_takes_hints() -> None:
     hints = Hints.from_space(_space({"a": (3, 1.0)}))
     assert hints is not None
-    assert isinstance(make_sampler("tpe", seed=1, hints=hints), LocalTPESampler)
-    assert isinstance(make_sampler("random", seed=1, hints=hints), optuna.samplers.RandomSampler)
+    assert isinstance(unwrap(make_sampler("tpe", seed=1, hints=hints)), LocalTPESampler)
+    assert isinstance(
+        unwrap(make_sampler("random", seed=1, hints=hints)), optuna.samplers.RandomSampler
+    )
     assert Hints.from_space(_space({})) is None

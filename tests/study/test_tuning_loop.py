@@ -116,6 +116,9 @@ def test_cli_run_resume_best_export_report(tmp_path: Path) -> None:
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert sum(1 for t in trials if t.user_attrs.get("is_baseline")) == 1
     assert all(t.state == TrialState.COMPLETE for t in trials)
+    # The resumed run (same seed, a new process) proposes new configurations, not its first
+    # run's again (they would be duplicates, reused without a launch).
+    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 4
 
     best = autotune_cli("best", "--study", "cli", "--storage", f"sqlite:///{db}", cwd=tmp_path)
     assert "gain over baseline" in best.stdout
