@@ -160,7 +160,9 @@ def test_the_reader_on_the_stored_h200_studies() -> None:
     assert tpe[4] == "0.111 (n=2)"
     assert tpe[5].startswith("+30.7% (95% CI")
     random = _row(lines, "random search")
-    assert random[1].startswith("3 (3 trials + 0 re-measured); in progress: 3 of 20")
+    assert random[1].startswith("14 (12 trials + 2 re-measured); in progress: 14 of 20")
+    assert random[2].startswith("#19: block_size=32, cudagraph_mode=FULL")
+    assert random[3] == "5,817.3 (n=2: 5,833.6, 5,801.1)"
     defaults = _row(lines, "vLLM defaults, 3")
     assert defaults[3] == "4,403.8 (n=3: 4,226.1, 4,483.0, 4,502.4)"
     hand = _row(lines, "hand-picked")

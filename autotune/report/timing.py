@@ -5,13 +5,13 @@ early aborts and re-measurements took.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from autotune.launch import ServiceStartup
 from autotune.report._common import _e, _num, _pct, _plot, _section_open, _table
 from autotune.report._data import ReportData
-from autotune.results import TrialResult
 
 PHASES: tuple[str, ...] = ("restart", "probe", "warmup", "measure", "tuner")
 
@@ -100,35 +100,40 @@ def section(data: ReportData) -> str | None:
             f"({_pct(spent / (grand + spent) if grand + spent else None)} of all recorded time; "
             "not in the table above).</p>"
         )
-    return head + _plot(fig, "plot-time") + table + summary + _startup(timed) + "</section>"
+    startup = _startup(
+        [(f"#{r.number}", r.startup) for r in timed]
+        + [(f"#{m.of}, re-measure {m.repeat}", m.startup) for m in remeasured]
+    )
+    return head + _plot(fig, "plot-time") + table + summary + startup + "</section>"
 
 
-def _startup(results: Sequence[TrialResult]) -> str:
+def _startup(starts: Sequence[tuple[str, Mapping[str, ServiceStartup]]]) -> str:
     """Where the restarts went, stage by stage (the stage lines each engine prints while it
-    starts: :mod:`autotune.launch.startup`), with the trial that spent the most in each: a
+    starts: :mod:`autotune.launch.startup`), with the start that spent the most in each: a
     stage that costs much more in some configurations (torch.compile, CUDA-graph capture)
-    is a cost of those settings, which the study's time budget pays at every restart."""
-    # service -> stage -> (seconds, trial), stages in the order the starts entered them
-    spans: dict[str, dict[str, list[tuple[float, int]]]] = {}
-    healthy: dict[str, list[tuple[float, int]]] = {}
-    for r in results:
-        for service, st in r.startup.items():
+    is a cost of those settings, which the study's time budget pays at every restart.
+    ``starts``: (label, the services' start-up) per trial and per re-measurement."""
+    # service -> stage -> (seconds, start), stages in the order the starts entered them
+    spans: dict[str, dict[str, list[tuple[float, str]]]] = {}
+    healthy: dict[str, list[tuple[float, str]]] = {}
+    for label, startup in starts:
+        for service, st in startup.items():
             for stage, seconds in st.spans():
-                spans.setdefault(service, {}).setdefault(stage, []).append((seconds, r.number))
+                spans.setdefault(service, {}).setdefault(stage, []).append((seconds, label))
             if st.ready_s is not None:
-                healthy.setdefault(service, []).append((st.ready_s, r.number))
-    if not any(st.stages for r in results for st in r.startup.values()):
+                healthy.setdefault(service, []).append((st.ready_s, label))
+    if not any(st.stages for _, startup in starts for st in startup.values()):
         return ""
 
-    def row(service: str, label: str, values: list[tuple[float, int]]) -> list[str]:
-        longest, trial = max(values)
+    def row(service: str, label: str, values: list[tuple[float, str]]) -> list[str]:
+        longest, start = max(values)
         median = _median([v for v, _ in values])
         return [
             _e(service),
             label,
             str(len(values)),
             _num(median, 1),
-            f"{_num(longest, 1)} (#{trial})",
+            f"{_num(longest, 1)} ({_e(start)})",
         ]
 
     rows = []
@@ -137,7 +142,7 @@ def _startup(results: Sequence[TrialResult]) -> str:
         if service in healthy:
             rows.append(row(service, "<b>start to healthy</b>", healthy[service]))
     table = _table(
-        ["service", "start-up stage", "starts", "median s", "longest s (trial)"],
+        ["service", "start-up stage", "starts", "median s", "longest s (start)"],
         rows,
         numeric={2, 3, 4},
     )
@@ -145,7 +150,8 @@ def _startup(results: Sequence[TrialResult]) -> str:
         "<h3>Start-up, by stage</h3><p>From each stage line the engine printed while it "
         "started to the next (the first stage from the process start, the last until the "
         "server answered; failed starts until they failed), as the launcher read the log. "
-        "Stages of the configurations that failed count too.</p>" + table
+        "Stages of the configurations that failed count too, and the re-measurements' "
+        "fresh starts.</p>" + table
     )
 
 

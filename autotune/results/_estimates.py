@@ -17,6 +17,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import StorageError
+from autotune.launch import ServiceStartup
 from autotune.results._noise import conservative, half_width, noise_level
 from autotune.results._trials import TrialResult, _phase_seconds, load_results, metric_value
 
@@ -51,6 +52,9 @@ class Measurement(BaseModel):
     resolution: float | None = None
     """Relative width of the bracket a capacity search read its value from (upper / capacity
     - 1): the value is the bracket's lower end, so it cannot tell loads inside it apart."""
+    startup: dict[str, ServiceStartup] = Field(default_factory=dict)
+    """A re-measurement's start-up stages per service (the trial's own are on its
+    :class:`TrialResult`)."""
 
     @property
     def full(self) -> bool:
@@ -100,6 +104,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     phase_seconds=_phase_seconds(raw.get("phase_seconds")),
                     target=_optional_int(raw.get("target")),
                     resolution=bracket_width(raw.get("capacity")),
+                    startup=raw.get("startup") or {},
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:

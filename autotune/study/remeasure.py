@@ -270,6 +270,7 @@ class Remeasurer:
                     "restarted",
                     "capacity",
                     "telemetry",
+                    "startup",
                 )
                 if k in record.model_fields_set or k == "phase_seconds"
             },

@@ -183,6 +183,9 @@ class RemeasureRecord(BaseModel):
     """The capacity search's result, as the trial stores it (its bracket is the value's
     resolution: :func:`autotune.results.bracket_width`)."""
     telemetry: Telemetry | None = None
+    startup: dict[str, ServiceStartup] = Field(default_factory=dict)
+    """Each restarted service's start-up stages (a re-measurement starts its services
+    afresh: as ``TrialRecord.startup``)."""
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("of", "repeat", "values", "constraints", "feasible")
 

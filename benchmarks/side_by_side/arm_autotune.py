@@ -166,8 +166,14 @@ def arm_autotune(
         target = _complete(counts) + short
         if counts["launched"]:
             print(f"  {counts['launched']} of {want_trials} trials launched: {short} more")
+        before = counts["launched"] + counts.get("running", 0)
         autotune_run("trials", target)
         counts = autotune_counts(storage, name)
+        if counts["launched"] + counts.get("running", 0) == before:
+            # Every proposal was a duplicate (reused) or forbidden: the sampler has nothing
+            # new to offer (a small grid visited), and more rounds would only repeat that.
+            print(f"  a round of {short} proposals launched nothing: stopping the search")
+            break
     target = max(_complete(counts), 1)
     if top_k * repeats:
         autotune_run("remeasure", target)

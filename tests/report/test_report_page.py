@@ -21,6 +21,8 @@ from conftest_results import (
 from report_page import CHROMIUM, PLACEHOLDERS, PLANTED, PLOTS, chromium_dom, parse
 
 from autotune.report import write_report
+from autotune.results import load_remeasurements, remeasure_key
+from autotune.trial.record import RemeasureRecord
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -157,11 +159,35 @@ def test_the_restarts_time_by_start_up_stage(tmp_path: Path) -> None:
     page = parse(write_report(make_study(tmp_path, specs), path=tmp_path / "r.html"))
     assert "Start-up, by stage" in page.sections["time"]
     time = page.sections["time"].replace(" ", "")  # the table's cells, run together
-    # service | stage | starts | median | longest (trial)
+    # service | stage | starts | median | longest (start)
     assert "servercompiling325.084.0(#1)" in time  # 25, 84 and 16 s
     assert "serverstartingtheprocess320.021.0(#1)" in time
     assert "serverloadingthemodel35.05.0(#2)" in time
     assert "serverstarttohealthy280.0110.0(#1)" in time
+
+
+def test_re_measurements_starts_count_in_the_start_up_table(tmp_path: Path) -> None:
+    """A re-measurement restarts its services: its stages are stored with it and counted,
+    named by the trial it re-measured."""
+    phases = {"restart": 60.0, "warmup": 2.0, "measure": 6.0, "tuner": 0.5}
+    fast = _start(("loading the model", 20.0), ("compiling", 25.0), ready_s=50.0)
+    slow = _start(("loading the model", 21.0), ("compiling", 26.0), ready_s=110.0)
+    specs = [
+        TrialSpec(is_baseline=True, phase_seconds=phases, attrs={"startup": {"server": fast}}),
+        TrialSpec(throughput=150.0, phase_seconds=phases, attrs={"startup": {"server": slow}}),
+    ]
+    study = make_study(tmp_path, specs)
+    again = _start(("loading the model", 22.0), ("compiling", 27.0), ready_s=130.0)
+    stored = RemeasureRecord(
+        of=1, repeat=1, values=[140.0], feasible=True, startup={"server": again}
+    ).to_attrs()
+    assert stored["startup"]["server"]["ready_s"] == 130.0
+    study.set_user_attr(remeasure_key(1, 1), stored)
+    assert load_remeasurements(study)[0].startup["server"].ready_s == 130.0
+    time = parse(write_report(study, path=tmp_path / "r.html")).sections["time"]
+    cells = time.replace(" ", "")
+    assert "servercompiling384.0103.0(#1,re-measure1)" in cells  # 25, 84 and 103 s
+    assert "serverstarttohealthy3110.0130.0(#1,re-measure1)" in cells
 
 
 def test_no_start_up_table_without_stage_lines(tmp_path: Path) -> None:

@@ -122,6 +122,9 @@ def test_aborted_trial_is_stored_marked_and_never_wins_and_the_close_ones_are_ra
         assert m.full and m.throughput and m.metrics["completed"] > 0 and m.target == 3
         raw = tuner.study.user_attrs[remeasure_key(m.of, m.repeat)]
         assert sorted(raw["restarted"]) == ["decode", "prefill", "router"]
+        # its fresh starts' stages, as a trial's (the simulated workers print SGLang's)
+        assert set(m.startup) == {"decode", "prefill", "router"}
+        assert m.startup["decode"].stages and m.startup["decode"].ready_s is not None
     decision = tuner.remeasurer.decision
     assert decision is not None and decision.stop
     assert len(records) == 3 or "separated" in decision.reason or "fine" in decision.reason
