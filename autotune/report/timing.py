@@ -101,7 +101,8 @@ def section(data: ReportData) -> str | None:
             "not in the table above).</p>"
         )
     startup = _startup(
-        [(f"#{r.number}", r.startup) for r in timed]
+        # a reused trial started nothing (stored before 7 were copies of the other's stages)
+        [(f"#{r.number}", r.startup) for r in timed if r.reused_from is None]
         + [(f"#{m.of}, re-measure {m.repeat}", m.startup) for m in remeasured]
     )
     return head + _plot(fig, "plot-time") + table + summary + startup + "</section>"

@@ -39,6 +39,7 @@ def reused_outcome(
     copied.is_baseline = record.is_baseline
     copied.reused_from = previous
     copied.phase_seconds = zero_phases()
+    copied.startup = {}  # it started nothing: the stages were the other trial's
     copied.schema_version = SCHEMA_VERSION
     constraints = {k: float(v) for k, v in old.constraints.items() if not k.isdigit()}
     return TrialOutcome(

@@ -177,6 +177,16 @@ def test_re_measurements_starts_count_in_the_start_up_table(tmp_path: Path) -> N
         TrialSpec(throughput=150.0, phase_seconds=phases, attrs={"startup": {"server": slow}}),
     ]
     study = make_study(tmp_path, specs)
+    # a duplicate stored before reused trials dropped the stages they copied: not a start
+    copy = dict(study.trials[1].user_attrs, reused_from=1)
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=study.trials[1].params,
+            distributions=study.trials[1].distributions,
+            value=150.0,
+            user_attrs=copy,
+        )
+    )
     again = _start(("loading the model", 22.0), ("compiling", 27.0), ready_s=130.0)
     stored = RemeasureRecord(
         of=1, repeat=1, values=[140.0], feasible=True, startup={"server": again}

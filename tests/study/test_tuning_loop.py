@@ -90,6 +90,9 @@ def test_failures_are_infeasible_with_reason_and_duplicates_reused(
     assert dup_t.user_attrs["reused_from"] == ok.number
     assert dup_t.values == ok.values
     assert dup_t.user_attrs["phase_seconds"]["measure"] == 0.0
+    # the original's start-up stages stay with it: the copy started nothing
+    assert ok.user_attrs["startup"]["decode"]["stages"]
+    assert not dup_t.user_attrs.get("startup")
     assert time.monotonic() - started < 120
     # Services were stopped at the end: the ports the launcher used are free again.
     state = tmp_path / "studies" / "runs"
