@@ -247,6 +247,9 @@ class StudyDefinition(BaseModel):
     draws the top configurations'); a capacity search records its probes anyway."""
     sampler: Literal["tpe", "random", "grid", "qmc", "nsga2", "gp", "catcma", "rfbo"] = "tpe"
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """Seeds the sampler: trial N's draws depend on the seed, N and the finished trials only,
+    so the study proposes the same configurations run in one go or resumed
+    (:mod:`autotune.study._trial_seed`). ``None``: fresh entropy in every process."""
     load: LoadSpec = Field(default_factory=LoadSpec)  # type: ignore[arg-type]
     """The load each trial is scored at (DOMAIN.md §3): the load generator's own spec. What
     it leaves unsaid (prompt form, ``ignore_eos``, ``[DONE]``) the engine's request quirks
