@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,43 @@ def _complete(counts: dict[str, Any]) -> int:
     return sum(r["state"] == "COMPLETE" for r in counts["trials"])
 
 
+ROUNDS = 20
+"""At most this many ``autotune run`` calls to reach the launches the budget asks for."""
+
+
+def launch_rounds(
+    want_trials: int,
+    counts: dict[str, Any],
+    *,
+    run: Callable[[int], None],
+    recount: Callable[[], dict[str, Any]],
+    rounds: int = ROUNDS,
+) -> dict[str, Any]:
+    """Call ``run(target)`` (``autotune run --trials target``) until ``want_trials`` trials
+    launched a server; the counts (:func:`autotune_counts`) after the last call.
+
+    ``--trials`` counts COMPLETE trials, forbidden and reused ones too, which launch nothing:
+    each round asks for the launches still missing on top of the study's trials. A round that
+    launched nothing ends the search (every proposal a duplicate or forbidden: a small grid
+    visited, or a sampler redrawing what it drew; before per-trial seeding a seeded sampler
+    rebuilt by each ``autotune run`` did that, 19 rounds in a row on the H200)."""
+    for _ in range(rounds):
+        # A RUNNING trial (snapshot taken while it ran) is launched: the next run completes
+        # it from the journal or records it as interrupted (FAIL); either way it counts.
+        launched = counts["launched"] + counts.get("running", 0)
+        short = want_trials - launched
+        if short <= 0:
+            break
+        if counts["launched"]:
+            print(f"  {counts['launched']} of {want_trials} trials launched: {short} more")
+        run(_complete(counts) + short)
+        counts = recount()
+        if counts["launched"] + counts.get("running", 0) == launched:
+            print(f"  a round of {short} proposals launched nothing: stopping the search")
+            break
+    return counts
+
+
 def _autotune_line(line: str) -> bool:
     return bool(line.strip())
 
@@ -156,24 +194,13 @@ def arm_autotune(
     if Path(storage.removeprefix("sqlite:///")).is_file():
         with contextlib.suppress(KeyError):  # a resumed study continues from its trials
             counts = autotune_counts(storage, name)
-    for _ in range(20):
-        # A RUNNING trial (snapshot taken while it ran) is launched: the next run completes
-        # it from the journal or records it as interrupted (FAIL); either way it counts.
-        short = want_trials - counts["launched"] - counts.get("running", 0)
-        if short <= 0:
-            break
-        # `autotune run --trials N` runs until the study holds N COMPLETE trials.
-        target = _complete(counts) + short
-        if counts["launched"]:
-            print(f"  {counts['launched']} of {want_trials} trials launched: {short} more")
-        before = counts["launched"] + counts.get("running", 0)
-        autotune_run("trials", target)
-        counts = autotune_counts(storage, name)
-        if counts["launched"] + counts.get("running", 0) == before:
-            # Every proposal was a duplicate (reused) or forbidden: the sampler has nothing
-            # new to offer (a small grid visited), and more rounds would only repeat that.
-            print(f"  a round of {short} proposals launched nothing: stopping the search")
-            break
+    url = storage
+    counts = launch_rounds(
+        want_trials,
+        counts,
+        run=lambda target: autotune_run("trials", target),
+        recount=lambda: autotune_counts(url, name),
+    )
     target = max(_complete(counts), 1)
     if top_k * repeats:
         autotune_run("remeasure", target)

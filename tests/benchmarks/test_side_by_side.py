@@ -25,7 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.side_by_side import __main__ as cli  # noqa: E402
-from benchmarks.side_by_side.arm_autotune import autotune_counts, remeasure_plan  # noqa: E402
+from benchmarks.side_by_side.arm_autotune import (  # noqa: E402
+    autotune_counts,
+    launch_rounds,
+    remeasure_plan,
+)
 from benchmarks.side_by_side.arm_sweep import (  # noqa: E402
     SWEEP_BATCHED_TOKENS,
     SWEEP_SEQS,
@@ -229,6 +233,50 @@ def test_restarts_of_the_random_arm_snapshot(quiet: None) -> None:
     assert rows[6]["launched"] and rows[6]["failure"] == "interrupted"
     assert rows[23]["reused_from"] == rows[10]["reused_from"] == 3
     assert [n for n, r in rows.items() if r["launched"]] == [0, 3, 4, 6, 7, *range(14, 21)]
+
+
+class _Study:
+    """A study's counts as :func:`autotune_counts` gives them, grown by ``autotune run
+    --trials target``: the first ``new`` proposals of each run launch, the rest are
+    duplicates (reused, nothing launched)."""
+
+    def __init__(self, launched: int, complete: int, new: list[int]) -> None:
+        self.launched, self.complete, self.new = launched, complete, new
+        self.targets: list[int] = []
+
+    def counts(self) -> dict[str, Any]:
+        trials = [{"state": "COMPLETE"}] * self.complete
+        return {"launched": self.launched, "running": 0, "trials": trials}
+
+    def run(self, target: int) -> None:
+        self.targets.append(target)
+        proposals = target - self.complete
+        self.launched += min(self.new.pop(0) if self.new else 0, proposals)
+        self.complete = target
+
+
+def test_rounds_ask_for_the_missing_launches_on_top_of_the_studys_trials() -> None:
+    study = _Study(launched=3, complete=6, new=[4, 5])  # 2 of the first 6 were duplicates
+    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts)
+    # 15 missing on top of 6 trials, then 11 on top of 21; the third round's 6 proposals
+    # launched nothing: the search stops there, 6 short
+    assert study.targets == [21, 32, 38] and counts["launched"] == 12
+
+
+def test_a_round_that_launches_nothing_ends_the_search() -> None:
+    """What the H200's random arm did before per-trial seeding: the same six proposals,
+    nothing launched, 19 rounds in a row. Now one such round ends it."""
+    study = _Study(launched=12, complete=20, new=[0, 6])
+    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts)
+    assert study.targets == [26] and counts["launched"] == 12
+
+
+def test_rounds_stop_once_the_launches_are_there() -> None:
+    study = _Study(launched=0, complete=0, new=[18])
+    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts)
+    assert study.targets == [18] and counts["launched"] == 18
+    done = launch_rounds(18, counts, run=study.run, recount=study.counts)
+    assert study.targets == [18] and done["launched"] == 18
 
 
 # ------------------------------------------------------------------------ the sweep's directory
