@@ -297,10 +297,13 @@ def test_workers_ride_out_a_database_restart(server: PostgresServer, tmp_path: P
     url = server.url(server.create_database())
     study_file = _study_file(tmp_path, lease_s=30.0)
     marker = f"multiworker-db-{os.getpid()}-{time.time_ns()}"
-    trials = 12
+    # Forbidden proposals finish in no time: with 12 trials, worker b once drew enough of
+    # them to fill the study while a was still on its second trial (a clean-clone run,
+    # 2026-12-05). 16 trials, and a is caught in any trial after its first.
+    trials = 16
     procs = [_worker(tmp_path, url, study_file, n, trials, marker) for n in ("a", "b")]
     try:
-        _wait_phase(url, "a", after_done=2, timeout=240, proc=procs[0], tmp_path=tmp_path)
+        _wait_phase(url, "a", after_done=1, timeout=240, proc=procs[0], tmp_path=tmp_path)
         server.restart(down_s=4.0)
         _finish(procs, timeout=400)
     finally:
