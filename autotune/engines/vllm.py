@@ -65,6 +65,20 @@ class VLLMEngine(BaseEngine):
     # The engine core's start-up, in order (vLLM 0.26.0's lines; the real logs under
     # tests/engines/data/vllm-0.26.0/ show each): an OOM there names no stage by itself.
     start_stages: ClassVar[tuple[StartStage, ...]] = (
+        # Before the engine core: what took 35-57 s of every H200 restart before "loading the
+        # model" (the stored 0.26.0 logs' timestamps: 23-26 s resolving the configuration on
+        # a cold start, 0 s once vLLM's model-info cache has it; 17-21 s from there to the
+        # engine core's first line).
+        # log_non_default_args (api_utils.py in 0.26.0's log): the API server parsed its
+        # arguments (its imports are behind it) and builds the engine's configuration (the
+        # model registry inspects the architecture in a subprocess).
+        StartStage(r"non-default args: ", "resolving the model's architecture"),
+        # vllm/config/model.py: the rest of the configuration is checked (a refused
+        # combination fails here), then the API server spawns the engine core process, which
+        # imports vLLM and torch again.
+        StartStage(r"Resolved architecture: ", "configuring the engine, starting its core"),
+        # vllm/v1/engine/core.py: the engine core runs; distributed set-up, then the model.
+        StartStage(r"Initializing a V1 LLM engine", "initializing the engine core"),
         # vllm/v1/worker/gpu_model_runner.py, gpu/model_runner.py, cpu_model_runner.py
         StartStage(r"Starting to load model |Loading model from scratch", "loading the model"),
         # vllm/compilation/backends.py (a cache hit prints "Directly load the compiled graph")

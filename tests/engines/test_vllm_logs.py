@@ -109,7 +109,7 @@ GPU_CASES = [
         Failure.cuda_oom,
         "ValueError: Free memory on device cuda:0 (139.29/139.8 GiB) on startup is less than "
         "desired GPU memory utilization (1.0, 139.8 GiB).",
-        "",  # before the model is loaded
+        "initializing the engine core",  # before the model is loaded
     ),
     # --kv-cache-memory-bytes 256M for the 7B model's 8192 positions.
     (
@@ -152,7 +152,7 @@ GPU_CASES = [
         Failure.config_rejected,
         "Value error, Currently, async scheduling is only supported with EAGLE/MTP/Draft "
         "Model/NGram GPU/DSpark kind of speculative decoding",
-        "",
+        "configuring the engine, starting its core",  # refused by the configuration's check
     ),
     # --attention-backend FLEX_ATTENTION --kv-cache-dtype fp8 (the space forbids it).
     (
@@ -174,7 +174,7 @@ GPU_CASES = [
         "start-refuse-tp2.log",
         Failure.config_rejected,
         "Value error, World size (2) is larger than the number of available GPUs (1) in this node.",
-        "",
+        "configuring the engine, starting its core",
     ),
     # CUDA-graph sizes the dispatcher refuses once the model is loaded and compiled (in the
     # profiling of the graphs' memory: gpu_model_runner.py's profile_cudagraph_memory).

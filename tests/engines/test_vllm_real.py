@@ -85,11 +85,17 @@ def test_the_baseline_is_measured_and_its_server_read_back(tuned: Tuned) -> None
     assert counted["queue_time_mean_s"] > 0 and "queued_max" in counted
     assert 0 < counted["ttft_mean_s"] < counted["e2e_mean_s"]
     # where its restart went: vLLM's own stage lines as the launcher read them, in vLLM's
-    # order, the first the model's load; the start to healthy is within the restart phase
+    # order, from the API server's configuration through the engine core to the model's
+    # load; the start to healthy is within the restart phase
     startup = base["startup"]["server"]
     order = [s.label for s in get_engine("vllm").start_stages]
     labels = [m["stage"] for m in startup["stages"]]
-    assert labels and labels[0] == "loading the model", startup
+    assert labels[:4] == [
+        "resolving the model's architecture",
+        "configuring the engine, starting its core",
+        "initializing the engine core",
+        "loading the model",
+    ], startup
     assert labels == sorted(labels, key=order.index), labels
     assert 0 < startup["stages"][0]["at_s"] <= startup["ready_s"]
     assert startup["ready_s"] <= base["phase_seconds"]["restart"]
@@ -104,6 +110,7 @@ def test_the_real_start_up_refusal_is_classified_from_the_real_log(tuned: Tuned)
     assert REFUSAL in refused["log_tail"]
     assert "server_metrics" not in refused  # never measured
     failed = refused["startup"]["server"]  # refused while its arguments were checked
+    assert failed["stages"][-1]["stage"] == "configuring the engine, starting its core"
     assert (
         failed["ready_s"] is None and 0 < failed["failed_s"] <= refused["phase_seconds"]["restart"]
     )
