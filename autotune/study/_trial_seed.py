@@ -72,10 +72,8 @@ def random_states(sampler: BaseSampler) -> list[object]:
     found: list[object] = []
     seen_states: set[int] = set()
     for holder in _holders(sampler, 0, set()):
-        if isinstance(holder, LazyRandomState):
-            if id(holder) not in seen_states:
-                seen_states.add(id(holder))
-                found.append(holder)
+        if isinstance(holder, LazyRandomState):  # each holder comes once; not its inner state
+            found.append(holder)
             continue
         for value in vars(holder).values() if hasattr(holder, "__dict__") else []:
             is_state = isinstance(value, np.random.RandomState | np.random.Generator)
@@ -86,7 +84,8 @@ def random_states(sampler: BaseSampler) -> list[object]:
 
 
 def reseed(sampler: BaseSampler, seed: int, number: int) -> int:
-    """Seed every random state of ``sampler`` for trial ``number``; how many there were."""
+    """Seed every random state of ``sampler`` for trial ``number``; how many there were.
+    Looked up at every trial, not once: ``reseed_rng`` replaces some samplers' generators."""
     states = random_states(sampler)
     for index, state in enumerate(states):
         value = trial_seed(seed, number, index)
