@@ -101,7 +101,8 @@ def section(data: ReportData) -> str | None:
             "not in the table above).</p>"
         )
     startup = _startup(
-        # a reused trial started nothing (stored before 7 were copies of the other's stages)
+        # a reused trial started nothing (its record may hold a copy of the original's
+        # stages: reused trials copied them until they were dropped from the copy)
         [(f"#{r.number}", r.startup) for r in timed if r.reused_from is None]
         + [(f"#{m.of}, re-measure {m.repeat}", m.startup) for m in remeasured]
     )
