@@ -126,6 +126,35 @@ def test_also_queues_one_more_trial_into_the_measured_check_study(tmp_path: Path
 
     missing = _queue(storage, "--also", "999")
     assert missing.returncode != 0 and "no trial 999" in missing.stderr
+    for bad, says in (("vllm-h200-nothing:best", "no study database"), ("x:y", "expected N")):
+        refused = _queue(storage, "--also", bad)
+        assert refused.returncode != 0 and says in refused.stderr, refused
+
+
+def test_also_queues_another_arms_winner_by_its_own_estimate(tmp_path: Path) -> None:
+    """The random-search arm's winner goes into the same check study, to be measured from
+    fresh starts beside the others: `--also STUDY:best` takes it by the estimate `best` uses,
+    labelled with its own study's trial number."""
+    db = tmp_path / "check.db"
+    shutil.copyfile(ROOT / "benchmarks" / "h200" / "vllm-h200-dense-check.db", db)
+    db.chmod(0o644)
+    storage = f"sqlite:///{db}"
+    random_db = ROOT / "benchmarks" / "h200" / "vllm-h200-dense-random.db"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    arm = optuna.load_study(study_name="vllm-h200-dense-random", storage=f"sqlite:///{random_db}")
+    from autotune.results import best_estimate
+
+    best = best_estimate(arm)
+    assert best is not None
+    done = _queue(storage, "--also", "vllm-h200-dense-random:best", "--also", "19")
+    assert done.returncode == 0, done.stderr
+    name = f"#{best.trial.number} of vllm-h200-dense-random"
+    assert f"queued {name}" in done.stdout and "queued #19 of vllm-h200-dense:" in done.stdout
+    trials = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
+    assert [t.user_attrs["label"] for t in trials[-2:]] == [name, "#19 of vllm-h200-dense"]
+    assert trials[-2].system_attrs["fixed_params"] == arm.trials[best.trial.number].params
+    again = _queue(storage, "--also", f"vllm-h200-dense-random:{best.trial.number}")
+    assert again.returncode == 0 and f"{name}: already in" in again.stdout, again
 
 
 # ------------------------------------------------------------------------ the reader

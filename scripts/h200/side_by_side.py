@@ -14,6 +14,11 @@
         --winner-study vllm-h200-dense --winner-from sqlite:///studies/vllm-h200-dense.db --also 19
     python3 -m autotune run --study vllm-h200-dense-check --trials 4
 
+    # another arm's winner (the random-search arm's) and a trial of another study:
+    python3 scripts/h200/side_by_side.py --study vllm-h200-dense-check \
+        --winner-study vllm-h200-dense --winner-from sqlite:///studies/vllm-h200-dense.db \
+        --also vllm-h200-dense-random:best --also vllm-h200-dense-random:7
+
 A check study (studies/*-check.yaml) has no early abort and re-measures its configurations
 from fresh processes (the defaults three times: issue 28's "vLLM's defaults (3 runs)").
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,12 +76,12 @@ def main() -> None:
     ap.add_argument("--storage", default=None, help="default sqlite:///studies/STUDY.db")
     ap.add_argument(
         "--also",
-        type=int,
         action="append",
         default=[],
-        metavar="N",
-        help="queue trial N of the tuning study too, labelled '#N of STUDY' (again: nothing); "
-        "the check study may already hold its other trials",
+        metavar="[STUDY:]N|STUDY:best",
+        help="queue trial N of the tuning study (or of STUDY, or STUDY's winner) too, labelled "
+        "'#N of STUDY' (again: nothing); the check study may already hold its other trials. "
+        "STUDY's storage: studies/STUDY.db where it exists, else benchmarks/h200/STUDY.db",
     )
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -103,19 +109,45 @@ def main() -> None:
         for name, params in (("hand-picked", hand), (f"winner #{number}", winner)):
             study.enqueue_trial(params, user_attrs={"label": name})
             print(f"queued {name}: {params}")
-    for n in args.also:
-        # A configuration the tuning study could not judge (e.g. cut by a faulty early abort):
-        # measured here without an abort, beside the others, from a fresh start.
-        name = f"#{n} of {args.winner_study}"
+    for also in args.also:
+        # A configuration the tuning study could not judge (e.g. cut by a faulty early abort),
+        # or another arm's winner: measured here without an abort, beside the others, from a
+        # fresh start.
+        source, n = _also(also, args.winner_study, tuned, best_estimate)
+        name = f"#{n} of {source.study_name}"
         if name in labels:
             print(f"{name}: already in {args.study}")
             continue
-        if not 0 <= n < len(tuned.trials) or not tuned.trials[n].params:
-            raise SystemExit(
-                f"--also {n}: {args.winner_study} has no trial {n} with a configuration"
-            )
-        study.enqueue_trial(dict(tuned.trials[n].params), user_attrs={"label": name})
-        print(f"queued {name}: {tuned.trials[n].params}")
+        study.enqueue_trial(dict(source.trials[n].params), user_attrs={"label": name})
+        labels.add(name)
+        print(f"queued {name}: {source.trials[n].params}")
+
+
+def _also(spec: str, winner_study: str, tuned: Any, best_estimate: Any) -> tuple[Any, int]:
+    """`--also`'s study and trial number: "N" (of the tuning study), "STUDY:N", "STUDY:best"."""
+    import optuna
+
+    name, _, which = spec.rpartition(":")
+    if which != "best" and not which.isdigit():
+        raise SystemExit(f"--also {spec}: expected N, STUDY:N or STUDY:best")
+    source = tuned
+    if name and name != winner_study:
+        local = ROOT / "studies" / f"{name}.db"
+        db = local if local.exists() else ROOT / "benchmarks" / "h200" / f"{name}.db"
+        if not db.exists():
+            raise SystemExit(f"--also {spec}: no study database {local} or {db}")
+        source = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    if which == "best":
+        best = best_estimate(source)
+        if best is None:
+            raise SystemExit(f"--also {spec}: {source.study_name} has no feasible trial")
+        return source, int(best.trial.number)
+    n = int(which)
+    if not 0 <= n < len(source.trials) or not source.trials[n].params:
+        raise SystemExit(
+            f"--also {spec}: {source.study_name} has no trial {n} with a configuration"
+        )
+    return source, n
 
 
 if __name__ == "__main__":
