@@ -86,9 +86,13 @@
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
-#   #19 of the dense study (cut by the faulty early abort), from fresh starts in the check study:
-#     STUDY=vllm-h200-dense-check FROM_DB=benchmarks/h200/vllm-h200-dense-check.db ALSO=19 \
-#       CHECK_TRIALS=4 MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check
+#   #19 of the dense study (cut by the faulty early abort) and the random arm's winner, from
+#   fresh starts in the check study (ALSO: N of the tuning study, STUDY:N or STUDY:best, the
+#   latter from studies/STUDY.db when this machine has it, else benchmarks/h200/STUDY.db;
+#   CHECK_TRIALS counts the study's completed trials, 3 so far):
+#     STUDY=vllm-h200-dense-check FROM_DB=benchmarks/h200/vllm-h200-dense-check.db \
+#       ALSO="vllm-h200-dense-random:best 19" CHECK_TRIALS=5 \
+#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check
 #   the MoE model: the same arms at the issue's floor of 16 restarts each (RESTARTS=16; the
 #     reader: benchmarks/h200_side_by_side.py --study vllm-h200-moe --budget 16), with
 #     MODELS=h200-moe:/tmp/autotune-moe: STUDY=vllm-h200-moe budget (TPE), STUDY=vllm-h200-moe-random
@@ -279,7 +283,7 @@ check() {
   if busy; then say "not started: another job runs"; return 0; fi
   from_db
   local also=() n
-  for n in ${ALSO:-}; do also+=(--also "$n"); done
+  for n in ${ALSO:-}; do also+=(--also "$n"); done  # N, STUDY:N or STUDY:best
   if [ ! -f "studies/$STUDY.db" ] || [ ${#also[@]} -gt 0 ]; then
     "$PY" scripts/h200/side_by_side.py --study "$STUDY" --winner-study "$WINNER_STUDY" \
       --winner-from "sqlite:///$PWD/$WINNER_DB" "${also[@]}" || return 1
