@@ -337,3 +337,34 @@ def test_the_reader_gives_a_row_to_a_configuration_queued_with_also(tmp_path: Pa
     assert extra[5].startswith("+18.3%"), extra  # 5,211.2 against the defaults' 4,403.8
     # the rows that were there are unchanged
     assert _row(lines, "hand-picked")[3] == "5,624.5 (n=3: 5,211.2, 5,815.6, 5,846.6)"
+
+
+def test_the_h100_check_study_holds_the_figures_benchmarks_quotes() -> None:
+    """BENCHMARKS.md "The same check on an H100": the H200 winner #21, the defaults and the
+    hand-picked combination from fresh starts on an H100, with NVML telemetry and the finer
+    vLLM start-up stages of every start."""
+    from autotune.results import best_estimate
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(
+        study_name="vllm-h200-dense-check",
+        storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-dense-check-h100.db'}",
+    )
+    trials = study.trials
+    assert [t.user_attrs.get("label") for t in trials] == [None, "hand-picked", "winner #21"]
+    assert [round(t.value, 1) for t in trials] == [3814.3, 5043.0, 5245.3]
+    best = best_estimate(study)
+    assert best is not None and best.trial.number == 2 and best.n == 2
+    assert round(best.mean, 1) == 5271.5
+    assert round(best.mean / trials[0].value - 1, 3) == 0.382
+    for t in trials:
+        gpu = t.user_attrs["telemetry"]["gpus"][0]
+        assert gpu["name"] == "NVIDIA H100 80GB HBM3"
+        stages = [s["stage"] for s in t.user_attrs["startup"]["server"]["stages"]]
+        assert stages[:3] == [
+            "resolving the model's architecture",
+            "configuring the engine, starting its core",
+            "initializing the engine core",
+        ]
+    joules = [t.user_attrs["telemetry"]["energy_per_token_j"] for t in trials]
+    assert [round(j, 3) for j in joules] == [0.174, 0.118, 0.116]
