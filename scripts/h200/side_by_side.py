@@ -113,7 +113,7 @@ def main() -> None:
         # A configuration the tuning study could not judge (e.g. cut by a faulty early abort),
         # or another arm's winner: measured here without an abort, beside the others, from a
         # fresh start.
-        source, n = _also(also, args.winner_study, tuned, best_estimate)
+        source, n = _also(also, args.winner_study, tuned)
         name = f"#{n} of {source.study_name}"
         if name in labels:
             print(f"{name}: already in {args.study}")
@@ -123,9 +123,11 @@ def main() -> None:
         print(f"queued {name}: {source.trials[n].params}")
 
 
-def _also(spec: str, winner_study: str, tuned: Any, best_estimate: Any) -> tuple[Any, int]:
+def _also(spec: str, winner_study: str, tuned: Any) -> tuple[Any, int]:
     """`--also`'s study and trial number: "N" (of the tuning study), "STUDY:N", "STUDY:best"."""
     import optuna
+
+    from autotune.results import best_estimate
 
     name, _, which = spec.rpartition(":")
     if which != "best" and not which.isdigit():
