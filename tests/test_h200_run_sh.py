@@ -68,3 +68,58 @@ def test_a_watch_within_the_call_is_not_cut(running_study: str, tmp_path: Path) 
     assert "cut to" not in out
     assert "still running after the watch" in out
     assert elapsed < 60
+
+
+def _models_on(
+    card: str, study: str, tmp_path: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`run.sh models` on a machine whose nvidia-smi names ``card``; its Python fails at once,
+    so whatever passes the card check stops at the first step after it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{card}'\n")
+    smi.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(RUN_SH), "models"],
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "STUDY": study,
+            "OUT": str(tmp_path / "out"),
+            "PY": "false",
+            "MODELS": "",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("card", "study"),
+    [("NVIDIA H100 80GB HBM3", "vllm-h200-moe"), ("NVIDIA H200", "vllm-h100-moe-random")],
+)
+def test_a_study_refuses_another_card_than_its_own(card: str, study: str, tmp_path: Path) -> None:
+    done = _models_on(card, study, tmp_path)
+    assert done.returncode == 1
+    assert f"this machine has {card}: nothing started" in done.stdout
+    assert "models failed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("card", "study", "env"),
+    [
+        ("NVIDIA H200", "vllm-h200-dense", {}),
+        ("NVIDIA H100 80GB HBM3", "vllm-h100-moe", {}),
+        ("NVIDIA H100 80GB HBM3", "vllm-h200-dense-check", {"CARD": "any"}),
+    ],
+)
+def test_a_study_on_its_own_card_goes_on(
+    card: str, study: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    done = _models_on(card, study, tmp_path, **env)
+    assert "nothing started" not in done.stdout
+    assert "models failed" in done.stdout  # the step after the card check ran (PY=false)

@@ -117,7 +117,13 @@ LOG=studies/logs/$STUDY-run.log
 PIDFILE=studies/logs/$STUDY-run.pid
 # The side-by-side harness (benchmarks/side_by_side): its directory, log and process.
 SIDE_DIR=studies/artifacts/side-by-side/$STUDY
-SIDE_FROM=${SIDE_FROM:-benchmarks/h200/$STUDY-side-by-side.tar.gz}
+# Where this card's returned results are kept here: a study named *-h100-* runs on an H100 and
+# keeps them in benchmarks/h100/, every other in benchmarks/h200/. CARD: the GPU the study needs.
+case $STUDY in
+  *-h100-*) RESULTS=${RESULTS:-benchmarks/h100}; CARD=${CARD:-H100} ;;
+  *) RESULTS=${RESULTS:-benchmarks/h200}; CARD=${CARD:-H200} ;;
+esac
+SIDE_FROM=${SIDE_FROM:-$RESULTS/$STUDY-side-by-side.tar.gz}
 SIDE_LOG=$SIDE_DIR/harness.log
 SIDE_PID=studies/logs/$STUDY-side.pid
 RESTARTS=${RESTARTS:-20}
@@ -131,7 +137,7 @@ CALL_S=${CALL_S:-595}
 COLLECT_S=${COLLECT_S:-30}
 CHECK_TRIALS=${CHECK_TRIALS:-3}
 WINNER_STUDY=${WINNER_STUDY:-${STUDY%-check}}
-WINNER_DB=${WINNER_DB:-benchmarks/h200/$WINNER_STUDY.db}
+WINNER_DB=${WINNER_DB:-$RESULTS/$WINNER_STUDY.db}
 export PYTHONPATH=$SITE:$PWD
 export PYTHONUNBUFFERED=1
 # vLLM without flashinfer (not in the kit): its top-k/top-p sampler falls back to PyTorch.
@@ -164,7 +170,14 @@ prepare() {
 }
 
 models() {
-  local t0=$SECONDS entry
+  local t0=$SECONDS entry gpu
+  # The arms of one side-by-side never mix cards: an H200 study refuses an H100 and the other
+  # way round (CARD=any for a deliberate cross-card check, such as the dense check on an H100).
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  if [ "$CARD" != any ] && [[ $gpu != *"$CARD"* ]]; then
+    say "$STUDY runs on an $CARD; this machine has $gpu: nothing started (CARD=any to run it anyway)"
+    return 4
+  fi
   "$PY" -c 'import sys, torch, transformers; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, GPU {torch.cuda.get_device_name(0)}")' || return 1
   for entry in $MODELS; do
     "$PY" scripts/build_model.py --preset "${entry%%:*}" --out "${entry#*:}" || return 1
