@@ -1,7 +1,8 @@
-"""Issue 28's side-by-side on one H200, read back from the stored results (benchmarks/h200/).
+"""Issue 28's side-by-side on one Hopper GPU, read back from the stored results: a study named
+*-h100-* ran on an H100 (benchmarks/h100/), every other on the H200 (benchmarks/h200/).
 
     .venv/bin/python benchmarks/h200_side_by_side.py                  # the dense 7B model
-    .venv/bin/python benchmarks/h200_side_by_side.py --study vllm-h200-moe
+    .venv/bin/python benchmarks/h200_side_by_side.py --study vllm-h100-moe --budget 16
 
 Prints BENCHMARKS.md's table, one row per arm: server restarts spent, the best configuration
 (levers changed from vLLM's defaults), its output tok/s (mean of its measurements, n), J/token
@@ -50,7 +51,18 @@ from benchmarks.side_by_side.arm_sweep import combo_key, sweep_state  # noqa: E4
 HERE = REPO / "benchmarks" / "h200"
 VLLM_DEFAULTS_H200 = (1024, 8192)
 """vLLM 0.26.0's max_num_seqs and max_num_batched_tokens for the API server on a GPU of at
-least 70 GiB (engine/arg_utils.py, get_batch_defaults): a point of the sweep's grid."""
+least 70 GiB (engine/arg_utils.py, get_batch_defaults), the H200 and the H100 80GB alike: a
+point of the sweep's grid."""
+
+
+def card_of(study: str) -> tuple[str, Path]:
+    """The GPU a study ran on and where its results are kept (scripts/h200/run.sh: CARD,
+    RESULTS): the H100 for a study named *-h100-*, else the H200."""
+    if "-h100-" in study:
+        return "H100", REPO / "benchmarks" / "h100"
+    return "H200", HERE
+
+
 NOT_RUN = "not run yet"
 
 
@@ -284,7 +296,9 @@ def agreement_row(side: Path | None) -> list[Row]:
     ]
 
 
-def report(study: str, budget: int, *, here: Path = HERE) -> list[str]:
+def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
+    card, stored = card_of(study)
+    here = stored if here is None else here
     tpe, tpe_base = tuning_row(
         f"autotune, TPE (`studies/{study}.yaml`)", here / f"{study}.db", study, budget
     )
@@ -307,7 +321,7 @@ def report(study: str, budget: int, *, here: Path = HERE) -> list[str]:
         side = read_side_dir(here / f"{study}-side-by-side.tar.gz", Path(tmp))
         rows = [tpe, rnd, *sweep_row(side, defaults), *check, *agreement_row(side)]
     out = [
-        f"## {study}: side by side on one H200 (budget {budget} restarts per tuning arm)",
+        f"## {study}: side by side on one {card} (budget {budget} restarts per tuning arm)",
         "",
         f"Gain over vLLM's defaults: against {source}"
         + (f", {statistics.fmean(defaults):,.1f} tok/s." if defaults else "."),

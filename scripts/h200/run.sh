@@ -94,10 +94,15 @@
 #       ALSO="vllm-h200-dense-random:best 19" CHECK_TRIALS=5 \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check
 #   the MoE model: the same arms at the floor of 16 restarts each (RESTARTS=16; the
-#     reader: benchmarks/h200_side_by_side.py --study vllm-h200-moe --budget 16), with
-#     MODELS=h200-moe:/tmp/autotune-moe: STUDY=vllm-h200-moe budget (TPE), STUDY=vllm-h200-moe-random
-#     budget, STUDY=vllm-h200-moe sweep (16 evenly spaced grid points), then
-#     STUDY=vllm-h200-moe-check check and the agreement.
+#     reader: benchmarks/h200_side_by_side.py --study vllm-h100-moe --budget 16), with
+#     MODELS=h200-moe:/tmp/autotune-moe, on an H100 (the device tool lends one when no H200
+#     comes; the vllm-h100-moe studies keep their results in benchmarks/h100/ and refuse any
+#     other card): STUDY=vllm-h100-moe budget (TPE), STUDY=vllm-h100-moe-random budget,
+#     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
+#     check and the agreement. The TPE arm goes on from its snapshot:
+#     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db RESTARTS=16 \
+#       MODELS=h200-moe:/tmp/autotune-moe scripts/h200/run.sh kit models budget watch 600
+#     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,

@@ -57,6 +57,7 @@ HAND_PICKED = {
     "transformers-serve-h200-check": TRANSFORMERS_HAND_PICKED,
     "vllm-h200-dense-check": VLLM_DENSE_HAND_PICKED,
     "vllm-h200-moe-check": VLLM_MOE_HAND_PICKED,
+    "vllm-h100-moe-check": VLLM_MOE_HAND_PICKED,  # the MoE side-by-side on an H100
 }
 """Check study -> the hand-picked configuration, as changes from the space's baseline."""
 
@@ -81,7 +82,8 @@ def main() -> None:
         metavar="[STUDY:]N|STUDY:best",
         help="queue trial N of the tuning study (or of STUDY, or STUDY's winner) too, labelled "
         "'#N of STUDY' (again: nothing); the check study may already hold its other trials. "
-        "STUDY's storage: studies/STUDY.db where it exists, else benchmarks/h200/STUDY.db",
+        "STUDY's storage: studies/STUDY.db where it exists, else benchmarks/h200/STUDY.db "
+        "(benchmarks/h100/ for a study named *-h100-*)",
     )
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -135,7 +137,8 @@ def _also(spec: str, winner_study: str, tuned: Any) -> tuple[Any, int]:
     source = tuned
     if name and name != winner_study:
         local = ROOT / "studies" / f"{name}.db"
-        db = local if local.exists() else ROOT / "benchmarks" / "h200" / f"{name}.db"
+        card = "h100" if "-h100-" in name else "h200"  # run.sh's RESULTS for the study
+        db = local if local.exists() else ROOT / "benchmarks" / card / f"{name}.db"
         if not db.exists():
             raise SystemExit(f"--also {spec}: no study database {local} or {db}")
         source = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
