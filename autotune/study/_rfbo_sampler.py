@@ -37,6 +37,7 @@ from autotune.study._extra_common import (
     _tried_keys,
     _Unit,
 )
+from autotune.study._trial_history import infer_gates
 
 RF_TREES = 32
 RF_MAX_FEATURES = 5 / 6
@@ -59,22 +60,16 @@ Gates = dict[str, tuple[str, frozenset[int]]]
 def _gates(trials: Sequence[FrozenTrial], space: Mapping[str, BaseDistribution]) -> Gates:
     """Which categorical lever switches each conditional one on, from the trials: ``p`` is
     present exactly when ``q`` is present and takes one of some choices (as indices).
-    A lever whose presence follows no single lever is treated as always on."""
+    A lever whose presence follows no single lever is treated as always on. The inference
+    is the local-move sampler's (``_trial_history.infer_gates``: levers that always come
+    together never gate each other), with categorical gates only."""
     seen = [t.params for t in trials if t.params]
+    categorical = [q for q, d in space.items() if isinstance(d, CategoricalDistribution)]
     gates: Gates = {}
-    for p in space:
-        if all(p in params for params in seen):
-            continue
-        for q, dist in space.items():
-            if q == p or not isinstance(dist, CategoricalDistribution):
-                continue
-            if any(q not in params for params in seen if p in params):
-                continue
-            on = {params[q] for params in seen if p in params}
-            if all((params[q] in on) == (p in params) for params in seen if q in params):
-                indices = frozenset(i for i, c in enumerate(dist.choices) if c in on)
-                gates[p] = (q, indices)
-                break
+    for p, (q, on) in infer_gates(seen, list(space), categorical).items():
+        dist = space[q]
+        assert isinstance(dist, CategoricalDistribution)
+        gates[p] = (q, frozenset(i for i, c in enumerate(dist.choices) if c in on))
     return gates
 
 

@@ -68,23 +68,63 @@ def _gates(trials: list[FrozenTrial]) -> Gates:
     """Which lever switches each conditional lever on, as seen in the trials: ``p`` is
     present exactly when ``q`` takes one of some values (``speculative_num_steps`` when
     ``speculative`` is ``eagle``). Levers whose presence follows no single lever are left out.
+
+    A lever ``q`` seen only in trials that have ``p`` too (two levers that always come
+    together, such as vLLM's CUDA-graph mode and capture size, both on when compilation is)
+    says nothing about what switches ``p`` on: it is taken only when no lever seen off does,
+    and never back into a cycle. Two such levers gating each other kept both alive in
+    ``_active`` after their real gate switched off, so the local move ``--enforce-eager``
+    never looked tried and was proposed six times in a row (the MoE study on the H100,
+    2026-12-05: #10, #11, #13-#16).
     """
     seen = [t.params for t in trials if t.params]
     names = sorted({n for p in seen for n in p})
+    return infer_gates(seen, names, names)
+
+
+def infer_gates(
+    seen: Sequence[Mapping[str, Any]], levers: Sequence[str], gate_levers: Sequence[str]
+) -> Gates:
+    """:func:`_gates` over the configurations ``seen``: a gate for each of ``levers`` that is
+    sometimes absent, chosen among ``gate_levers`` (in their order)."""
     gates: Gates = {}
-    for p in names:
+    vacuous: dict[str, list[tuple[str, frozenset[Any]]]] = {}
+    for p in levers:
         if all(p in params for params in seen):
             continue
-        for q in names:
+        for q in gate_levers:
             if q == p:
                 continue
             if any(q not in params for params in seen if p in params):
                 continue
             on = frozenset(params[q] for params in seen if p in params)
-            if all((params[q] in on) == (p in params) for params in seen if q in params):
+            if not all((params[q] in on) == (p in params) for params in seen if q in params):
+                continue
+            if all(p in params for params in seen if q in params):  # never seen off
+                vacuous.setdefault(p, []).append((q, on))
+                continue
+            gates[p] = (q, on)
+            break
+    for p, candidates in vacuous.items():
+        if p in gates:
+            continue
+        for q, on in candidates:
+            if not _leads_to(q, p, gates):
                 gates[p] = (q, on)
                 break
     return gates
+
+
+def _leads_to(q: str, p: str, gates: Gates) -> bool:
+    """Following the gates from ``q`` (what switches ``q`` on, then that lever's gate...)
+    reaches ``p``."""
+    visited: set[str] = set()
+    while q in gates and q not in visited:
+        visited.add(q)
+        q = gates[q][0]
+        if q == p:
+            return True
+    return False
 
 
 def _active(params: Mapping[str, Any], gates: Gates) -> dict[str, Any]:

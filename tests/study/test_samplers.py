@@ -196,3 +196,78 @@ def test_harness_scores_what_the_servers_parse(harness: ModuleType) -> None:
     for _ in range(30):
         config = surface.space.random_config(rng, avoid_forbidden=True)
         assert surface.evaluate(config) == surface.fast_evaluate(config)
+
+
+def _graphs_objective(trial: optuna.Trial) -> float:
+    """vLLM's compilation levers in miniature: eager switches compilation off, level 0
+    switches CUDA graphs off, and the graph mode and capture size always come together.
+    The defaults (not eager, level 2, FULL, 256) are the best; eager is far the worst. The
+    names sort as vLLM's do (cudagraph_mode, max_cudagraph_capture_size, then
+    optimization_level): the lever that comes with a graph lever is met before its gate."""
+    eager = trial.suggest_categorical("eager", [False, True])
+    speed = 10.0 if eager else 60.0
+    if not eager:
+        level = trial.suggest_categorical("opt_level", [0, 1, 2])
+        speed += 10.0 * level
+        if level != 0:
+            mode = trial.suggest_categorical("graph_mode", ["FULL", "PIECEWISE"])
+            size = trial.suggest_categorical("graph_size", [64, 256])
+            speed += (5.0 if mode == "FULL" else 0.0) + (5.0 if size == 256 else 0.0)
+    width = trial.suggest_int("width", 1, 4)
+    return speed - abs(width - 2)
+
+
+def test_levers_that_always_come_together_do_not_gate_each_other() -> None:
+    """The graph mode and size are present in the same trials: neither says what switches
+    the other on. Their gate is the level (seen at 0, without them), the level's is eager."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+    study.optimize(_graphs_objective, n_trials=40)
+    gates = samplers._gates(study.trials)
+    assert gates["graph_mode"] == ("opt_level", frozenset({1, 2}))
+    assert gates["graph_size"] == ("opt_level", frozenset({1, 2}))
+    assert gates["opt_level"] == ("eager", frozenset({False}))
+    defaults = {"eager": False, "opt_level": 2, "graph_mode": "FULL", "graph_size": 256, "width": 2}
+    assert samplers._active({**defaults, "eager": True}, gates) == {"eager": True, "width": 2}
+
+
+def test_the_rf_sampler_infers_the_same_gates() -> None:
+    from autotune.study._rfbo_sampler import _gates as rf_gates
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+    study.optimize(_graphs_objective, n_trials=40)
+    space = {  # the graph levers first: each meets the other before its gate
+        "graph_mode": CategoricalDistribution(["FULL", "PIECEWISE"]),
+        "graph_size": CategoricalDistribution([64, 256]),
+        "opt_level": CategoricalDistribution([0, 1, 2]),
+        "eager": CategoricalDistribution([False, True]),
+        "width": IntDistribution(1, 4),
+    }
+    gates = rf_gates(study.trials, space)
+    assert gates == {
+        "opt_level": ("eager", frozenset({0})),
+        "graph_mode": ("opt_level", frozenset({1, 2})),
+        "graph_size": ("opt_level", frozenset({1, 2})),
+    }
+
+
+def test_a_local_move_already_tried_is_not_proposed_again() -> None:
+    """From the defaults, the move to eager drops the level, the mode and the size: once
+    tried, it is recognised as tried, and no local move repeats a configuration (before the
+    fix the mode and size kept each other alive and eager was proposed again and again)."""
+    sampler = make_sampler("tpe", seed=11)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial(
+        {"eager": False, "opt_level": 2, "graph_mode": "FULL", "graph_size": 256, "width": 2}
+    )
+    study.optimize(_graphs_objective, n_trials=40)
+    seen: list[dict[str, Any]] = []
+    repeats = []
+    for t in study.trials:
+        if t.system_attrs.get(samplers.MOVE_ATTR) and t.params in seen:
+            repeats.append((t.number, t.params))
+        seen.append(t.params)
+    moves = [tuple(t.system_attrs.get(samplers.MOVE_ATTR) or ()) for t in study.trials]
+    eager_moves = [m for m in moves if m and m[0] == "eager"]  # (lever, incumbent)
+    assert sum(1 for m in moves if m) >= 3  # local moves were made
+    assert len(set(eager_moves)) == len(eager_moves)  # eager at most once from an incumbent
+    assert repeats == []
