@@ -19,6 +19,7 @@ from sampler_helpers import load_harness, quiet_optuna  # noqa: F401
 from autotune.errors import ConfigError
 from autotune.space import load_space
 from autotune.study import samplers
+from autotune.study._trial_history import _Tried
 from autotune.study.definition import SAMPLERS
 from autotune.study.samplers import (
     LocalTPESampler,
@@ -271,3 +272,36 @@ def test_a_local_move_already_tried_is_not_proposed_again() -> None:
     assert sum(1 for m in moves if m) >= 3  # local moves were made
     assert len(set(eager_moves)) == len(eager_moves)  # eager at most once from an incumbent
     assert repeats == []
+
+
+@pytest.mark.parametrize(
+    ("name", "db", "repeats"),
+    [
+        ("vllm-h200-dense", "h200/vllm-h200-dense.db", 3),
+        ("transformers-serve-h200", "h200/transformers-serve-h200.db", 3),
+        ("vllm-h100-moe", "h100/vllm-h100-moe.db", 5),
+    ],
+)
+def test_the_moves_the_gpu_studies_repeated_are_now_seen_as_tried(
+    name: str, db: str, repeats: int
+) -> None:
+    """Replayed on the real GPU studies: every local move that repeated a configuration
+    already measured (stored as reused) is, with the gates inferred from the trials before
+    it, a configuration tried already, so the sampler would have skipped it."""
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{REPO / 'benchmarks' / db}")
+    replayed = 0
+    for t in study.trials:
+        move = t.system_attrs.get(samplers.MOVE_ATTR)
+        if not move or t.user_attrs.get("reused_from") is None:
+            continue
+        lever, incumbent = move
+        before = [
+            u
+            for u in study.trials[: t.number]
+            if u.state in (TrialState.COMPLETE, TrialState.RUNNING) and u.params
+        ]
+        proposal = {**study.trials[incumbent].params, lever: t.params[lever]}
+        active = samplers._active(proposal, samplers._gates(before))
+        assert _Tried([u.params for u in before]).covers(active), (t.number, move)
+        replayed += 1
+    assert replayed == repeats
