@@ -130,6 +130,7 @@ def _also(spec: str, winner_study: str, tuned: Any) -> tuple[Any, int]:
     import optuna
 
     from autotune.results import best_estimate
+    from benchmarks.h200_side_by_side import card_of
 
     name, _, which = spec.rpartition(":")
     if which != "best" and not which.isdigit():
@@ -137,8 +138,7 @@ def _also(spec: str, winner_study: str, tuned: Any) -> tuple[Any, int]:
     source = tuned
     if name and name != winner_study:
         local = ROOT / "studies" / f"{name}.db"
-        card = "h100" if "-h100-" in name else "h200"  # run.sh's RESULTS for the study
-        db = local if local.exists() else ROOT / "benchmarks" / card / f"{name}.db"
+        db = local if local.exists() else card_of(name)[1] / f"{name}.db"
         if not db.exists():
             raise SystemExit(f"--also {spec}: no study database {local} or {db}")
         source = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
