@@ -203,14 +203,15 @@ def test_request_timeout_enforced(fake_server: FakeServer) -> None:
     fake_server.behaviour.fail_every = 2
     fake_server.behaviour.fail_mode = "hang"
     t0 = time.perf_counter()
-    result = run_load(fake_server.url, spec(requests=4, concurrency=4, request_timeout_s=0.4))
+    # 1 s, not less: the answered half must finish inside it on a busy CI machine too.
+    result = run_load(fake_server.url, spec(requests=4, concurrency=4, request_timeout_s=1.0))
     elapsed = time.perf_counter() - t0
     m = result.metrics
     assert (m.completed, m.failed) == (2, 2)
     timed_out = [r for r in result.records if not r.ok]
-    assert all("timed out after 0.4 s" in (r.error or "") for r in timed_out)
-    assert all(0.35 <= r.latency_s < 1.5 for r in timed_out)
-    assert elapsed < 3
+    assert all("timed out after 1 s" in (r.error or "") for r in timed_out)
+    assert all(0.95 <= r.latency_s < 3.0 for r in timed_out)
+    assert elapsed < 6
 
 
 def test_duration_mode(fake_server: FakeServer) -> None:
