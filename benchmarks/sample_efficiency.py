@@ -28,11 +28,16 @@ Surfaces:
   random configurations within 5% of the optimum) and own heteroscedastic noise model
   (``--surface-noise``). ``--surfaces family:30`` is ``generated.family(30)``: ten of each
   level (``family:N:FIRST`` starts the seeds at FIRST).
+* ``gen-<level>-<seed>-rules<P>`` (``family:N:FIRST:rulesP``): the same surface with seeded
+  forbidden rules added until P% of random draws break one, as the spaces written from a
+  real engine's refusals do (``benchmarks/_sample_efficiency/rules.py``).
 
 Reported per surface and sampler, over the seeds: trials (and launches) to reach 90/95/99%
 of the optimum (median [IQR] min-max; a seed that never got there counts as budget + 1,
-"n/r"), the best found at 25/50/100/200 trials, launches, launches that crashed, forbidden
-proposals (and how many were launched: must be 0), duplicates, sampler time per trial, and
+"n/r"), the best found at 25/50/100/200 trials and after 8/16/32 launches (a GPU study's
+budget is restarts: forbidden and reused trials are free there), launches, launches that
+crashed, forbidden proposals (and how many were launched: must be 0), duplicates, sampler
+time per trial, and
 two crash-awareness figures: "known-cause crash proposals", the share of proposals (after the
 first crash) that crash the way an earlier launch already did (land in a crash region
 already hit), and "near-crash repeats", launched crashes within one lever (``distance``) of
@@ -49,7 +54,8 @@ three surfaces, two processes)::
         --trials 100 --surfaces family:30 --surface-noise
 
 Besides ``make_sampler``'s names: ``tpe-plain``, ``tpe-indep`` and ``tpe-mv`` (plain Optuna
-TPE variants, ``build_sampler``); ``gp``, ``catcma`` and ``rfbo`` need their extras and are
+TPE variants, ``build_sampler``), ``tpe-launch-startup`` (the default with its start-up
+counted in launches); ``gp``, ``catcma`` and ``rfbo`` need their extras and are
 not in the default list.
 """
 

@@ -38,7 +38,7 @@ from autotune.study._local_moves import (
 )
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study._trial_history import _active, _finished, _gates, _tried
-from autotune.study.hints import Hints, own_count, startup_sampler
+from autotune.study.hints import Hints, in_startup, startup_sampler
 
 _QUIET_INDEPENDENT: dict[str, Any] = (
     {"warn_independent_sampling": False}
@@ -48,7 +48,8 @@ _QUIET_INDEPENDENT: dict[str, Any] = (
 """Levers a local move switches on are sampled independently: expected, not worth a warning
 (the default from Optuna 4.9, where passing the argument is deprecated)."""
 TPE_STARTUP_TRIALS = 10
-"""Random trials (after the enqueued baseline) before TPE models the space."""
+"""Random trials (after the enqueued baseline) before TPE models the space; forbidden and
+reused ones count (``hints.STARTUP_COUNTS`` says why)."""
 LOCAL_SHARE = 0.7
 """Share of the trials after the start-up that move levers of the best trial. Measured:
 0.5-0.8 are within noise of each other on the three benchmark surfaces; 0.3 is slower."""
@@ -98,6 +99,7 @@ class LocalTPESampler(BaseSampler):
         n_startup_trials: int = TPE_STARTUP_TRIALS,
         local_share: float = LOCAL_SHARE,
         hints: Hints | None = None,
+        startup_counts: str = "trials",
     ) -> None:
         tpe = optuna.samplers.TPESampler(
             seed=seed,
@@ -108,8 +110,11 @@ class LocalTPESampler(BaseSampler):
             **_QUIET_INDEPENDENT,
         )
         # The start-up trials (the space's hints, else the prior): autotune/study/hints.py.
-        self._tpe = startup_sampler(tpe, hints, seed=seed, n_startup_trials=n_startup_trials)
+        self._tpe = startup_sampler(
+            tpe, hints, seed=seed, n_startup_trials=n_startup_trials, counts=startup_counts
+        )
         self._n_startup_trials = n_startup_trials
+        self._startup_counts = startup_counts
         self._local_share = local_share
         self._base_seed = seed if seed is not None else _fresh_seed()
         self._plans: dict[int, dict[str, Any]] = {}
@@ -197,7 +202,9 @@ class LocalTPESampler(BaseSampler):
         """A local move for this trial, or None to let TPE sample it."""
         trials = _finished(study)
         # Trials a warm start carried are evidence, not the start-up's (autotune/study/hints.py).
-        if own_count(trials) < self._n_startup_trials or self._local_share <= 0:
+        if in_startup(trials, self._n_startup_trials, self._startup_counts):
+            return None
+        if self._local_share <= 0:
             return None
         if trial.system_attrs.get("fixed_params"):  # enqueued (baseline, retry): not ours
             return None

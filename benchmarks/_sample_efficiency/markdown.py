@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .summary import CHECKPOINTS
+from .summary import CHECKPOINTS, LAUNCH_CHECKPOINTS
 
 
 def _n(x: float, budget: int) -> str:
@@ -19,6 +19,17 @@ def _trials_cell(q: Mapping[str, Any], budget: int) -> str:
     return text + (f" ({q['not_reached']} n/r)" if q["not_reached"] else "")
 
 
+def _best_cell(q: Mapping[str, Any] | None) -> str:
+    """Median (min-max) of a best-at figure; with ``runs`` (launch checkpoints) the seeds that
+    got that far when fewer than all; "-" where none did."""
+    if q is None:
+        return "-"
+    text = f"{q['median']:.1f}% ({q['min']:.0f}-{q['max']:.0f})"
+    if q.get("runs", 0) < q.get("of", 0):
+        text += f" [{q['runs']} of {q['of']} runs]"
+    return text
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as markdown tables (what BENCHMARKS.md quotes)."""
     budget = int(report["trials"])
@@ -26,10 +37,12 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for name, info in report["surfaces"].items():
         about = info["description"]
-        if info.get("level") is not None:
+        if info.get("level") is not None and info.get("needle_fraction") is not None:
             about = (
                 f"{info['level']}, needle fraction {100 * info['needle_fraction']:.3g}%: " + about
             )
+        elif info.get("level") is not None:
+            about = f"{info['level']}: {about}"
         lines += [f"#### {name}: optimum {info['optimum']:,.1f} ({about})", ""]
         lines += [
             "| sampler | trials to 90% | trials to 95% | trials to 99% | launches to 95% |",
@@ -51,14 +64,14 @@ def markdown(report: Mapping[str, Any]) -> str:
                 )
                 + " | |"
             )
-        lines += ["", "| sampler | " + " | ".join(f"best @{n}" for n in marks) + " |"]
-        lines.append("|---|" + "---|" * len(marks))
+        heads = [f"best @{n}" for n in marks]
+        heads += [f"best @{n} launches" for n in LAUNCH_CHECKPOINTS]
+        lines += ["", "| sampler | " + " | ".join(heads) + " |"]
+        lines.append("|---|" + "---|" * len(heads))
         for sampler, s in info["samplers"].items():
-            cells = [
-                f"{s['best_at'][str(n)]['median']:.1f}% ({s['best_at'][str(n)]['min']:.0f}-"
-                f"{s['best_at'][str(n)]['max']:.0f})"
-                for n in marks
-            ]
+            cells = [_best_cell(s["best_at"][str(n)]) for n in marks]
+            at_launches = s.get("best_at_launches", {})
+            cells += [_best_cell(at_launches.get(str(n))) for n in LAUNCH_CHECKPOINTS]
             lines.append(f"| {sampler} | " + " | ".join(cells) + " |")
         lines += [
             "",

@@ -16,7 +16,7 @@ from autotune.space import SearchSpace, TrialConfig
 from autotune.space.model import FloatParam, IntParam
 from autotune.space.params import ParamInfo
 from autotune.study.record import finish_trial, reused_outcome
-from autotune.study.samplers import make_sampler
+from autotune.study.samplers import LocalTPESampler, TrialSeededSampler, make_sampler
 from autotune.trial import TrialOutcome, TrialRecord, failed
 
 from .surfaces import Launch, Surface
@@ -102,6 +102,9 @@ MULTIVARIATE_TPE = "tpe-mv"
 """Benchmark-only name: multivariate grouped TPE with Optuna's defaults, no local moves. With
 Optuna 5.0's defaults (10 start-up trials, constant liar) this is ``tpe-plain``'s sampler:
 the same seed gives the same run."""
+LAUNCH_STARTUP_TPE = "tpe-launch-startup"
+"""Benchmark-only name: the default sampler with its start-up counted in launches, forbidden
+and reused trials left out (measured, not adopted: ``autotune.study.hints.STARTUP_COUNTS``)."""
 EXTRA_SAMPLERS = ("gp", "catcma", "rfbo")
 """``make_sampler``'s samplers that need an extra (``pip install 'autotune[gp]'``, ...); not
 in the default ``--samplers`` (``gp`` takes seconds per trial)."""
@@ -114,7 +117,10 @@ def build_sampler(
     grid: Mapping[str, Sequence[Any]] | None = None,
     multi_objective: bool = False,
 ) -> optuna.samplers.BaseSampler:
-    """``make_sampler``, plus ``tpe-plain``, ``tpe-indep`` and ``tpe-mv``."""
+    """``make_sampler``, plus ``tpe-plain``, ``tpe-indep``, ``tpe-mv`` and
+    ``tpe-launch-startup``."""
+    if name == LAUNCH_STARTUP_TPE:
+        return TrialSeededSampler(LocalTPESampler(seed=seed, startup_counts="launches"), seed)
     if name == PLAIN_TPE:
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=10

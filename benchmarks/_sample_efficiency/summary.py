@@ -19,6 +19,9 @@ from .surfaces import Surface, load_surface
 
 LEVELS = (0.90, 0.95, 0.99)
 CHECKPOINTS = (25, 50, 100, 200)
+LAUNCH_CHECKPOINTS = (8, 16, 32)
+"""Restart budgets of GPU studies (16 is the H200 side-by-side's): forbidden and reused trials
+are free there, so a sampler is judged by the best found after N launches."""
 
 
 # ---------------------------------------------------------------------------- summaries
@@ -46,6 +49,17 @@ def best_at(run: Run, n: int, optimum: float) -> float | None:
     if n > len(run.incumbent):
         return None
     return 100.0 * run.incumbent[n - 1] / optimum
+
+
+def best_at_launches(run: Run, n: int, optimum: float) -> float | None:
+    """Incumbent once ``n`` launches were spent, in % of the optimum (None when the run
+    launched fewer)."""
+    spent = 0
+    for i, kind in enumerate(run.kinds):
+        spent += kind == "launch"
+        if spent == n:
+            return 100.0 * run.incumbent[i] / optimum
+    return None
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
@@ -76,6 +90,12 @@ def summarize(runs: Sequence[Run], optimum: float) -> dict[str, Any]:
         str(n): _spread([best_at(r, n, optimum) or 0.0 for r in runs])
         for n in CHECKPOINTS
         if n <= budget
+    }
+    out["best_at_launches"] = {
+        str(n): _spread([v for v in at if v is not None])
+        | {"runs": len(at) - at.count(None), "of": len(at)}
+        for n in LAUNCH_CHECKPOINTS
+        if (at := [best_at_launches(r, n, optimum) for r in runs]).count(None) < len(at)
     }
     counts: dict[str, list[float]] = {
         k: [] for k in ("forbidden", "duplicates", "launches", "crashes", "near_crash")

@@ -23,6 +23,8 @@ from autotune.space import SearchSpace, TrialConfig, load_space
 from autotune.study.definition import SLOSettings, load_study_definition
 from autotune.study.objectives import Objective
 
+from .rules import split_rules, with_rules
+
 REPO = Path(__file__).resolve().parents[2]
 SURFACES_DIR = Path(__file__).resolve().parents[1] / "surfaces"
 STUDY_FILE = REPO / "studies" / "dsv4-flash-sim.yaml"
@@ -223,7 +225,25 @@ def _generated(name: str) -> Any:
 
 
 def _generated_surface(name: str, objective_kind: str) -> Surface:
-    return surface_of(_generated(name), objective=objective_kind)
+    base, share = split_rules(name)
+    surface = surface_of(_generated(base), objective=objective_kind)
+    if share is None:
+        return surface
+    gen = _generated(base)
+    _, space, got = with_rules(
+        gen.space_data,
+        optimum=gen.optimum_config,
+        share=share / 100,
+        seed=gen.seed,
+        file=f"{name}.yaml",
+    )
+    return dataclasses.replace(
+        surface,
+        name=name,
+        space=space,
+        description=f"{surface.description}; rules: {100 * got:.0f}% of random draws forbidden",
+        needle_fraction=None,
+    )
 
 
 def surface_of(gen: Any, *, objective: str = "throughput") -> Surface:
@@ -250,16 +270,21 @@ def surface_of(gen: Any, *, objective: str = "throughput") -> Surface:
 
 
 def expand_surfaces(names: Sequence[str]) -> list[str]:
-    """Surface names with ``family:N`` (``family:N:FIRST``) replaced by the family's
-    generated names."""
+    """Surface names with ``family:N`` (``family:N:FIRST``, ``family:N:FIRST:rulesP``)
+    replaced by the family's generated names (each ``-rulesP``: :mod:`.rules`)."""
     out: list[str] = []
     for name in names:
         if name.startswith("family:"):
             parts = name.split(":")
+            rules = ""
+            if parts[-1].startswith("rules"):  # family:N[:FIRST]:rulesP
+                rules = "-" + parts.pop()
             if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[1:]):
-                raise SystemExit(f"bad surface {name!r}: family:N or family:N:FIRST")
+                raise SystemExit(f"bad surface {name!r}: family:N[:FIRST][:rulesP]")
             first = int(parts[2]) if len(parts) == 3 else 0
-            out += generated_module().family_names(int(parts[1]), first_seed=first)
+            out += [
+                n + rules for n in generated_module().family_names(int(parts[1]), first_seed=first)
+            ]
         else:
             out.append(name)
     return out
