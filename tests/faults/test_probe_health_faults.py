@@ -70,7 +70,7 @@ def test_probe_deadline_caps_the_call(start_server: StartServer) -> None:
         probe_text(
             bad.url, prompt="hi", max_tokens=3, timeout_s=30, deadline=time.monotonic() + 0.4
         )
-    assert 0.35 < t.seconds < 1.5
+    assert 0.35 < t.seconds < 3.0  # not the 30 s timeout; room for a busy machine
     with pytest.raises(BenchError, match="trial deadline reached"):
         probe_text(bad.url, prompt="hi", max_tokens=3, deadline=time.monotonic() - 1)
 

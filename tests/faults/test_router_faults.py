@@ -98,6 +98,6 @@ def test_a_worker_hung_at_registration_keeps_the_router_not_ready(
         models = httpx.get(url + "/v1/models", timeout=10)
     assert ready.status_code == 503 and ready.json()["status"] == "not ready"
     assert live.status_code == 200 and models.status_code == 200
-    assert t.seconds < 2.5
+    assert t.seconds < 5.0  # not held by the hung worker (10 s timeouts); room for busy CI
     r = httpx.post(url + "/v1/completions", json=BODY, timeout=10)
     assert r.status_code == 503
