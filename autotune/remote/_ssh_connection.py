@@ -17,6 +17,7 @@ from typing import Any
 
 import paramiko
 from fabric import Config, Connection
+from fabric.runners import Remote
 
 #: Exit status paramiko reports when the channel closed without one (connection lost).
 _NO_EXIT_STATUS = -1
@@ -38,12 +39,30 @@ class _Connection(Connection):
         return result
 
 
+class _Remote(Remote):  # type: ignore[misc]  # fabric is untyped
+    """fabric's remote runner, whose timeout kill cannot raise in its timer thread.
+
+    invoke kills a command past its timeout from a ``threading.Timer``; fabric's kill closes
+    the channel. When the command ends as the timer fires (a busy machine), ``run`` returns
+    while that thread still runs, and a connection closed meanwhile (the shell discards it,
+    or the study ends) makes ``channel.close()`` raise ``EOFError`` in the thread: nothing is
+    lost (the channel is gone either way) but pytest and Python report an unhandled thread
+    exception. A channel that cannot be closed any more needs no killing."""
+
+    def kill(self) -> None:
+        with suppress(EOFError, OSError, paramiko.SSHException):
+            super().kill()
+
+
 def _fabric_config() -> Config:
     # An explicit empty SSHConfig and lazy=True: no ssh_config or fabric.yaml is read.
     return Config(
         ssh_config=paramiko.SSHConfig(),
         lazy=True,
-        overrides={"load_ssh_configs": False},
+        overrides={
+            "load_ssh_configs": False,
+            "runners": {**Config.global_defaults()["runners"], "remote": _Remote},
+        },
     )
 
 
