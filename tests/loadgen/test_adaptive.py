@@ -72,7 +72,7 @@ def test_adaptive_runs_to_the_cap_on_a_noisy_server(fake_server: FakeServer) -> 
         spec(concurrency=2, target_rel_ci=0.005, max_duration_s=1.2, request_timeout_s=5),
     )
     assert result.stop_reason is not None and "max_duration_s reached" in result.stop_reason
-    assert 1.1 <= result.measure_seconds < 1.6
+    assert 1.1 <= result.measure_seconds < 3.0  # the 1.2 s cap, with room for a busy machine
     assert result.estimate is not None
     rel = result.estimate.rel_half_width
     assert rel is None or rel > 0.005
@@ -95,7 +95,7 @@ def test_abort_if_cuts_the_measure_phase(fake_server: FakeServer) -> None:
     assert result.stop_reason is not None
     assert result.stop_reason.startswith("aborted: below incumbent")
     assert seen and all(e.elapsed_s >= 0.3 for e in seen)  # never before min_duration_s
-    assert 0.3 <= result.measure_seconds < 0.9
+    assert 0.3 <= result.measure_seconds < 2.5  # uncut: 10 s
     # In-flight requests are dropped: what is kept is what the last estimate saw, plus at
     # most one round of C=4 that finished between that tick and the cancellation (a busy
     # machine delays the cancel: 48 seen, 52 kept in a clean-clone run).

@@ -40,7 +40,7 @@ def test_every_gpu_is_sampled_and_the_energy_counter_gives_the_joules(
     assert first.memory_used_max_mib == 100 * 1024 and first.memory_total_mib == 141 * 1024
     assert t.power_mean_w == 800.0 and t.power_max_w == 800.0
     assert first.energy_source == second.energy_source == t.energy_source == "counter"
-    assert t.duration_s is not None and 0.35 < t.duration_s < 1.0
+    assert t.duration_s is not None and 0.35 < t.duration_s < 2.0  # 0.4 s; a busy machine
     # the counter's difference over the window: power x (a little more than) the samples' span
     assert first.energy_j == pytest.approx(300.0 * t.duration_s, rel=0.05)
     assert t.energy_j == pytest.approx(800.0 * t.duration_s, rel=0.05)
