@@ -45,6 +45,10 @@
 #                  for each N of $ALSO (an existing check study too, once), then `autotune run`
 #                  of it ($CHECK_TRIALS trials, the top three measured three times) in the
 #                  background
+#   profile        start vLLM once on $PROFILE_MODEL ($PROFILE_ARGS: its options) under py-spy
+#                  (carried .kit/py-spy/py_spy-*.whl) until it listens, then stop it; the raw
+#                  stacks of every process ($OUT/startup-profile.raw.gz) and where its start went
+#                  ($OUT/startup-profile.md, scripts/h200/startup_profile.py)
 #   watch SECONDS  wait until the background job ends or SECONDS pass, then collect (never
 #                  past $CALL_S - $COLLECT_S seconds from the call's start: `watch 600` is the
 #                  longest a call allows)
@@ -103,6 +107,10 @@
 #     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db RESTARTS=16 \
 #       MODELS=h200-moe:/tmp/autotune-moe scripts/h200/run.sh kit models budget watch 600
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
+# Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
+# 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
+# .kit/py-spy`; then, after the kit and the models, carry [..., ".kit/py-spy"] and
+#     PROFILE_MODEL=/tmp/autotune-moe scripts/h200/run.sh ... models profile ...
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,
@@ -141,6 +149,9 @@ ROUNDS=${ROUNDS:-3}
 CALL_S=${CALL_S:-595}
 COLLECT_S=${COLLECT_S:-30}
 CHECK_TRIALS=${CHECK_TRIALS:-3}
+PROFILE_MODEL=${PROFILE_MODEL:-/tmp/autotune-moe}
+PROFILE_ARGS=${PROFILE_ARGS:-}
+PROFILE_RATE=${PROFILE_RATE:-20}
 WINNER_STUDY=${WINNER_STUDY:-${STUDY%-check}}
 WINNER_DB=${WINNER_DB:-$RESULTS/$WINNER_STUDY.db}
 export PYTHONPATH=$SITE:$PWD
@@ -233,6 +244,44 @@ failures() {
   done <"$FAILURES"
   finish_wave
   tar -C "$dir" -cf "$OUT/failures.tar" .
+}
+
+# py-spy samples every process of one start (the API server and the engine core it forks), main
+# threads and idle time included, from its launch until the server listens; then the server is
+# stopped (py-spy writes its file when its child exits).
+profile() {
+  local whl dir=/tmp/autotune-py-spy port=${PROFILE_PORT:-18300} spy server t0=$SECONDS ready=""
+  local pyspy=${PYSPY:-$dir/bin/py-spy}  # PYSPY: a py-spy already installed (the tests')
+  if busy; then say "not profiled: another job runs (one GPU)"; return 0; fi
+  if [ ! -x "$pyspy" ]; then
+    whl=$(ls .kit/py-spy/py_spy-*.whl 2>/dev/null | head -1)
+    if [ -z "$whl" ]; then
+      say "no .kit/py-spy/py_spy-*.whl: download it here and carry .kit/py-spy"; return 1
+    fi
+    "$PY" -m pip install -q --no-index --no-deps --target "$dir" "$whl" || return 1
+  fi
+  rm -f "$OUT/startup-profile.raw" "$OUT/startup-profile.raw.gz"
+  set -f
+  # shellcheck disable=SC2086
+  env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    "$pyspy" record --subprocesses --idle --threads --rate "$PROFILE_RATE" \
+      --format raw -o "$OUT/startup-profile.raw" -- \
+      "$PY" -m vllm.entrypoints.openai.api_server --model "$PROFILE_MODEL" \
+        --host 127.0.0.1 --port $port $PROFILE_ARGS >"$OUT/startup-profile.log" 2>&1 &
+  set +f
+  spy=$!
+  while kill -0 $spy 2>/dev/null && [ $((SECONDS - t0)) -lt 400 ]; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ready=$((SECONDS - t0)); break; fi
+    sleep 1
+  done
+  server=$(pgrep -P $spy | head -1)
+  [ -n "$server" ] && kill -TERM "$server"
+  wait $spy
+  say "profiled start: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"
+  [ -s "$OUT/startup-profile.raw" ] || { tail -5 "$OUT/startup-profile.log"; return 1; }
+  "$PY" scripts/h200/startup_profile.py "$OUT/startup-profile.raw" --rate "$PROFILE_RATE" \
+    >"$OUT/startup-profile.md" && head -40 "$OUT/startup-profile.md"
+  gzip -f "$OUT/startup-profile.raw"
 }
 
 # One GPU: one background job at a time, whatever study it is for.
@@ -374,9 +423,10 @@ while [ $# -gt 0 ]; do
     sweep) sweep ;;
     agreement) agreement ;;
     check) check || { say "check failed"; exit 1; } ;;
+    profile) profile || say "profile failed" ;;
     watch) watch "${2:-540}"; shift ;;
     collect) collect ;;
-    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, budget, sweep, agreement, check, watch SECONDS, collect)" >&2; exit 2 ;;
+    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, budget, sweep, agreement, check, profile, watch SECONDS, collect)" >&2; exit 2 ;;
   esac
   shift
 done

@@ -1,0 +1,180 @@
+"""Where a vLLM start goes, from py-spy's raw stacks (``run.sh profile``).
+
+A restart costs 50-140 s on the GPU machine, and the stages vLLM logs leave 40-50 s of it
+unexplained: 19-27 s from the process start to the model's architecture being resolved, and
+17-27 s more before the engine core logs its first line (BENCHMARKS.md, "Where a restart goes
+on the H200"). ``run.sh profile`` records one start under ``py-spy record --subprocesses
+--idle --threads --format raw``; this script reads those stacks (gzip or plain) and says, per
+process, how many seconds its main thread spent importing which package, in which functions
+(inclusive) and on which innermost lines (what it waited on: a lock, a socket, a child), so
+the next step is a measured one, not a guess.
+
+py-spy's raw format is one line per distinct stack: ``process PID:"CMD";[process PID:"CMD";]
+thread (TID)[: NAME];frame;...;frame COUNT``, the outer ``process`` entries being the
+parents of a child process. A sample of the main thread (TID == PID) is 1/rate seconds of
+that process's wall clock (``--idle`` keeps the waiting ones); other threads are left out.
+
+    python3 scripts/h200/startup_profile.py startup-profile.raw.gz --rate 20 [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PROCESS = re.compile(r'process (\d+):"((?:[^"\\]|\\.)*)";')
+_THREAD = re.compile(r"thread \((\d+)\)(?:: ([^;]*))?(?:;|$)")
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]+)(?::\d+)?\)$")
+_IMPORT = "_find_and_load"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One line of the raw profile: a main-thread stack, outermost frame first."""
+
+    pid: int
+    cmd: str
+    frames: tuple[str, ...]
+    count: int
+
+
+@dataclass
+class Process:
+    """What one process's main thread did, in samples."""
+
+    pid: int
+    cmd: str
+    samples: int = 0
+    no_frames: int = 0  # the interpreter before any Python frame (start-up, exit)
+    imports: Counter[str] = field(default_factory=Counter)
+    inclusive: Counter[str] = field(default_factory=Counter)
+    leaves: Counter[str] = field(default_factory=Counter)
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        yield from (line.rstrip("\n") for line in f if line.strip())
+
+
+def parse(lines: Iterable[str]) -> Iterator[Stack]:
+    """The main-thread stacks of ``lines`` (other threads' are skipped)."""
+    for line in lines:
+        body, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            raise ValueError(f"not a py-spy raw line (no sample count at its end): {line[:120]}")
+        pos, pid, cmd = 0, None, ""
+        while (m := _PROCESS.match(body, pos)) is not None:
+            pid, cmd, pos = int(m.group(1)), m.group(2), m.end()
+        thread = _THREAD.match(body, pos)
+        if pid is None or thread is None:
+            raise ValueError(f"not a py-spy raw line of --subprocesses --threads: {line[:120]}")
+        if int(thread.group(1)) != pid:  # on Linux the main thread's id is the pid
+            continue
+        rest = body[thread.end() :]
+        frames = tuple(f for f in rest.split(";") if f) if rest else ()
+        yield Stack(pid, cmd, frames, int(count))
+
+
+def _where(frame: str) -> tuple[str, str] | None:
+    """(function, file) of a frame in a package (not a frozen importlib one)."""
+    m = _FRAME.match(frame)
+    if m is None or m.group("file").startswith("<"):
+        return None
+    return m.group("func"), m.group("file")
+
+
+def _imported(frames: tuple[str, ...]) -> str | None:
+    """The top-level package whose import this stack is in (the first module executed below
+    the outermost import), or None when it imports nothing."""
+    for i, frame in enumerate(frames):
+        if frame.startswith(_IMPORT):
+            for later in frames[i + 1 :]:
+                where = _where(later)
+                if where is not None and where[0] == "<module>":
+                    return where[1].split("/")[0].removesuffix(".py")
+            return "?"
+    return None
+
+
+def summarize(stacks: Iterable[Stack]) -> list[Process]:
+    out: dict[int, Process] = {}
+    for s in stacks:
+        proc = out.setdefault(s.pid, Process(s.pid, s.cmd))
+        proc.samples += s.count
+        if not s.frames:
+            proc.no_frames += s.count
+            continue
+        package = _imported(s.frames)
+        if package is not None:
+            proc.imports[package] += s.count
+        seen: set[str] = set()
+        for frame in s.frames:
+            where = _where(frame)
+            if where is None or where[0] == "<module>":
+                continue
+            key = f"{where[0]} ({where[1]})"
+            if key not in seen:
+                seen.add(key)
+                proc.inclusive[key] += s.count
+        proc.leaves[s.frames[-1]] += s.count
+    return sorted(out.values(), key=lambda p: p.pid)
+
+
+def markdown(processes: list[Process], *, rate: float, top: int) -> str:
+    def sec(n: int) -> str:
+        return f"{n / rate:.1f}"
+
+    lines = [f"# Where the start went (py-spy, {rate:g} samples/s, main threads)", ""]
+    for p in processes:
+        imported = sum(p.imports.values())
+        lines += [
+            f"## pid {p.pid}: {sec(p.samples)} s",
+            "",
+            f"`{p.cmd[:200]}`",
+            "",
+            f"Importing modules {sec(imported)} s; before the first Python frame or after the "
+            f"last {sec(p.no_frames)} s.",
+            "",
+            "| package imported | s |",
+            "|---|---:|",
+            *(f"| {k} | {sec(v)} |" for k, v in p.imports.most_common(top)),
+            "",
+            "| function (inclusive, imports included) | s |",
+            "|---|---:|",
+            *(f"| `{k}` | {sec(v)} |" for k, v in p.inclusive.most_common(top)),
+            "",
+            "| innermost frame (where it ran or waited) | s |",
+            "|---|---:|",
+            *(f"| `{k}` | {sec(v)} |" for k, v in p.leaves.most_common(top)),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("raw", type=Path, help="py-spy record --format raw output (.gz too)")
+    parser.add_argument("--rate", type=float, default=20.0, help="py-spy's --rate")
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args(argv)
+    try:
+        processes = summarize(parse(read_lines(args.raw)))
+    except (OSError, ValueError) as exc:
+        print(f"{args.raw}: {exc}", file=sys.stderr)
+        return 1
+    if not processes:
+        print(f"{args.raw}: no main-thread samples", file=sys.stderr)
+        return 1
+    print(markdown(processes, rate=args.rate, top=args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""`scripts/h200/run.sh profile` and scripts/h200/startup_profile.py: where a vLLM start goes.
+
+The profile is py-spy's, of a real start-up shape: a stand-in for vLLM's API server (its own
+module path, run as ``python -m vllm.entrypoints.openai.api_server``) imports, forks an
+"engine core" that works for a second, waits for it, then listens; run.sh records it under
+py-spy until the port answers, stops it and summarizes. The GPU machine runs the same verb on
+the real vLLM (BENCHMARKS.md, "Where a restart goes on the H200").
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_SH = REPO / "scripts" / "h200" / "run.sh"
+sys.path.insert(0, str(REPO / "scripts" / "h200"))
+import startup_profile  # noqa: E402
+
+PYSPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+FAKE_SERVER = """
+import argparse, json, os, signal, socket, sys, time
+
+def initialize_engine_core(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+def wait_for_engine(pid):
+    os.waitpid(pid, 0)
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
+    args = p.parse_args()
+    time.sleep(0.5)
+    child = os.fork()
+    if child == 0:
+        initialize_engine_core(1.5)
+        os._exit(0)
+    wait_for_engine(child)
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((args.host, args.port)); s.listen()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        conn, _ = s.accept(); conn.close()
+
+main()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def fake_site(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    pkg = site / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (site / "vllm", site / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(FAKE_SERVER)
+    return site
+
+
+@pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
+def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
+    fake_site: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(RUN_SH), "profile"],
+        env={
+            **os.environ,
+            "STUDY": f"test-profile-{os.getpid()}",
+            "OUT": str(out),
+            "PY": sys.executable,
+            "SITE": str(fake_site),
+            "PYSPY": PYSPY,
+            "PROFILE_MODEL": "/nonexistent/model",
+            "PROFILE_PORT": str(_free_port()),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"profiled start: \d+ s to listen", done.stdout), done.stdout
+    raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
+    assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
+    report = (out / "startup-profile.md").read_text()
+    server, core = report.split("\n## pid ")[1:]
+    # The API server waited on its engine core; the engine core worked for 1.5 s.
+    waited = re.search(r"`wait_for_engine \(vllm/[a-z/_]+\.py\)` \| ([\d.]+)", server)
+    worked = re.search(r"`initialize_engine_core \(vllm/[a-z/_]+\.py\)` \| ([\d.]+)", core)
+    assert waited and worked, report
+    assert 1.0 <= float(worked.group(1)) <= 4.0 and float(waited.group(1)) >= 1.0
+
+
+def test_the_summary_of_py_spy_lines(tmp_path: Path) -> None:
+    main = 'process 10:"python -m x";thread (10): MainThread;'
+    child = 'process 10:"python -m x";process 11:"python -m x";thread (11);'
+    lines = [
+        main + "_run_module_as_main (<frozen runpy>:198);"
+        "_find_and_load (<frozen importlib._bootstrap>:1176);"
+        "<module> (torch/__init__.py:3);load (torch/lib.py:9) 30",
+        main + "_run_module_as_main (<frozen runpy>:198);serve (x/main.py:4);wait (x/main.py:8) 10",
+        'process 10:"python -m x";thread (12): Thread-1;run (x/bg.py:1) 99',  # not main
+        main.rstrip(";") + " 4",  # no frames
+        child + "init_core (x/core.py:2) 20",
+    ]
+    path = tmp_path / "p.raw.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    procs = startup_profile.summarize(startup_profile.parse(startup_profile.read_lines(path)))
+    assert [p.pid for p in procs] == [10, 11]
+    parent, core = procs
+    assert (parent.samples, parent.no_frames) == (44, 4)
+    assert parent.imports == {"torch": 30}
+    assert (
+        parent.inclusive["load (torch/lib.py)"] == 30 and parent.inclusive["wait (x/main.py)"] == 10
+    )
+    assert parent.leaves["wait (x/main.py:8)"] == 10
+    assert core.samples == 20 and core.inclusive["init_core (x/core.py)"] == 20
+    text = startup_profile.markdown(procs, rate=10, top=5)
+    assert "## pid 10: 4.4 s" in text and "| torch | 3.0 |" in text and "## pid 11: 2.0 s" in text
+
+
+def test_a_file_that_is_not_py_spy_raw_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.raw"
+    bad.write_text("frame;frame\n")
+    assert startup_profile.main([str(bad)]) == 1
+    assert f"{bad}: not a py-spy raw line" in capsys.readouterr().err
+    nothing = tmp_path / "empty.raw"
+    nothing.write_text('process 1:"x";thread (2): T;f (a.py:1) 3\n')  # no main thread
+    assert startup_profile.main([str(nothing)]) == 1
+    assert "no main-thread samples" in capsys.readouterr().err
