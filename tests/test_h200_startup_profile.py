@@ -93,6 +93,8 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
             "PYSPY": PYSPY,
             "PROFILE_MODEL": "/nonexistent/model",
             "PROFILE_PORT": str(_free_port()),
+            # Not the repository's studies/logs: other tests' stand-in jobs run there.
+            "LOGS": str(tmp_path / "logs"),
         },
         capture_output=True,
         text=True,
@@ -151,3 +153,25 @@ def test_a_file_that_is_not_py_spy_raw_is_refused_by_name(
     nothing.write_text('process 1:"x";thread (2): T;f (a.py:1) 3\n')  # no main thread
     assert startup_profile.main([str(nothing)]) == 1
     assert "no main-thread samples" in capsys.readouterr().err
+
+
+def test_no_profile_while_a_study_runs_on_the_gpu(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (logs / "some-study-run.pid").write_text(str(sleeper.pid))
+        done = subprocess.run(
+            ["bash", str(RUN_SH), "profile"],
+            env={**os.environ, "OUT": str(tmp_path / "out"), "LOGS": str(logs)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert done.returncode == 0
+    assert "not profiled: another job runs (one GPU)" in done.stdout
+    assert not (tmp_path / "out" / "startup-profile.raw.gz").exists()

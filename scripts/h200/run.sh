@@ -126,8 +126,11 @@ MODELS=${MODELS:-tiny:/tmp/autotune-tiny tiny-moe:/tmp/autotune-tiny-moe h200-7b
 FAILURES=${FAILURES:-scripts/h200/failures-$KIT.txt}
 OUT=${OUT:-/tmp/autotune-out}
 PY=${PY:-python3}
-LOG=studies/logs/$STUDY-run.log
-PIDFILE=studies/logs/$STUDY-run.pid
+# The background jobs' logs and pid files (LOGS: elsewhere for the tests, which run beside
+# each other and must not see each other's jobs as this machine's one GPU being busy).
+LOGS=${LOGS:-studies/logs}
+LOG=$LOGS/$STUDY-run.log
+PIDFILE=$LOGS/$STUDY-run.pid
 # The side-by-side harness (benchmarks/side_by_side): its directory, log and process.
 SIDE_DIR=studies/artifacts/side-by-side/$STUDY
 # Where this card's returned results are kept here: a study named *-h100-* runs on an H100 and
@@ -138,7 +141,7 @@ case $STUDY in
 esac
 SIDE_FROM=${SIDE_FROM:-$RESULTS/$STUDY-side-by-side.tar.gz}
 SIDE_LOG=$SIDE_DIR/harness.log
-SIDE_PID=studies/logs/$STUDY-side.pid
+SIDE_PID=$LOGS/$STUDY-side.pid
 RESTARTS=${RESTARTS:-20}
 SWEEP_SEQS=${SWEEP_SEQS:-64,128,256,512,1024}
 SWEEP_TOKENS=${SWEEP_TOKENS:-2048,4096,8192,16384}
@@ -162,7 +165,7 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 # a hash of the configuration, so a restart with a configuration seen before loads instead of
 # compiling (start-up 47-134 s cold, DOMAIN.md §8b).
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/var/tmp/autotune-vllm-cache}
-mkdir -p studies/logs "$OUT"
+mkdir -p "$LOGS" "$OUT"
 
 say() { printf '[%s] %s\n' "$(date -u +%T)" "$*"; }
 
@@ -287,7 +290,7 @@ profile() {
 # One GPU: one background job at a time, whatever study it is for.
 busy() {
   local f
-  for f in studies/logs/*.pid; do
+  for f in "$LOGS"/*.pid; do
     [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && { say "running: ${f##*/} (pid $(cat "$f"))"; return 0; }
   done
   return 1
