@@ -162,6 +162,15 @@ def carried(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(WARM_START_ATTR))
 
 
+def launched(trial: FrozenTrial) -> bool:
+    """``trial`` started its configuration (crashed or not): neither a forbidden one (nothing
+    started) nor a reuse of an identical configuration's result. What a restart budget counts
+    (the side-by-side's arms) and what the sampler's start-up may count
+    (``autotune.study.hints.STARTUP_COUNTS``)."""
+    attrs = trial.user_attrs
+    return attrs.get("failure") != "forbidden" and attrs.get("reused_from") is None
+
+
 def own_trials(
     study: optuna.Study, *, states: Sequence[TrialState] | None = None
 ) -> list[FrozenTrial]:

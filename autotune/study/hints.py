@@ -49,7 +49,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.results import carried, feasible
+from autotune.results import carried, feasible, launched
 from autotune.space import SearchSpace
 from autotune.space.model import choice_key
 from autotune.study._optuna_compat import storage_of, trial_id_of
@@ -128,13 +128,6 @@ than the random start-up does. Kept as an option for the benchmark
 STARTUP_TRIAL_CAP = 3
 """The start-up ends after this many times ``n_startup_trials`` own trials, launched or not
 (:func:`in_startup`)."""
-
-
-def launched(trial: FrozenTrial) -> bool:
-    """``trial`` launched its configuration: neither forbidden (nothing started) nor a reuse of
-    an identical configuration's result."""
-    attrs = trial.user_attrs
-    return attrs.get("failure") != "forbidden" and attrs.get("reused_from") is None
 
 
 def in_startup(trials: Sequence[FrozenTrial], n_startup: int, counts: str = "trials") -> bool:

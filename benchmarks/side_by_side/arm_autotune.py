@@ -41,28 +41,24 @@ def autotune_counts(storage: str, study_name: str = STUDY_NAME) -> dict[str, Any
     ran) is counted apart, in ``running``: its server was starting or serving."""
     import optuna
 
-    from autotune.results import load_remeasurements
+    from autotune.results import launched, load_remeasurements
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=study_name, storage=storage)
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
-        failure = a.get("failure")
-        reused = a.get("reused_from")
-        launched = (
-            t.state.name in ("COMPLETE", "FAIL") and reused is None and failure != "forbidden"
-        )
+        started = t.state.name in ("COMPLETE", "FAIL") and launched(t)
         metrics = a.get("metrics") or {}
         rows.append(
             {
                 "number": t.number,
                 "state": t.state.name,
-                "launched": launched,
+                "launched": started,
                 "baseline": bool(a.get("is_baseline")),
                 "throughput": metrics.get("output_throughput"),
-                "failure": failure,
-                "reused_from": reused,
+                "failure": a.get("failure"),
+                "reused_from": a.get("reused_from"),
                 "aborted": a.get("aborted"),
                 "restart_s": (a.get("phase_seconds") or {}).get("restart"),
                 "config": a.get("config"),
