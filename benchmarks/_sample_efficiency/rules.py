@@ -93,29 +93,28 @@ def with_rules(
     share: float,
     seed: int,
     file: str,
-) -> tuple[dict[str, Any], SearchSpace, float]:
-    """``space_data`` with rules added until random draws are ``share`` forbidden: the new
-    data, its parsed space and the estimated share."""
-    data = dict(space_data)
-    rules = list(data.get("forbidden", []))
+) -> tuple[SearchSpace, float]:
+    """``space_data``'s space with rules added until random draws are ``share`` forbidden,
+    and the estimated share."""
+    first = list(space_data.get("forbidden", []))
+    rules = first
     rng = np.random.default_rng([97, seed, round(1000 * share)])
-    space = parse_space({**data, "forbidden": rules}, file=file)
+    space = parse_space({**space_data, "forbidden": rules}, file=file)
     current = forbidden_share(space, seed=seed)
     for i in range(4 * MAX_RULES):
-        if current >= share or len(rules) >= len(space_data.get("forbidden", [])) + MAX_RULES:
+        if current >= share or len(rules) >= len(first) + MAX_RULES:
             break
-        candidate = _rule(rng, data["parameters"], optimum)
+        candidate = _rule(rng, space_data["parameters"], optimum)
         if candidate is None:
             continue
         name, when = candidate
         trial = [*rules, {"name": f"{name}_{i}", "when": when, "reason": "generated rule"}]
         try:  # the loader refuses a rule the baseline breaks
-            parsed = parse_space({**data, "forbidden": trial}, file=file)
+            parsed = parse_space({**space_data, "forbidden": trial}, file=file)
         except ConfigError:
             continue
         if parsed.violations(dict(optimum)):
             continue
         rules, space = trial, parsed
         current = forbidden_share(space, seed=seed)
-    data["forbidden"] = rules
-    return data, space, current
+    return space, current

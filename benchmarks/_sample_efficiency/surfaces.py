@@ -226,11 +226,11 @@ def _generated(name: str) -> Any:
 
 def _generated_surface(name: str, objective_kind: str) -> Surface:
     base, share = split_rules(name)
-    surface = surface_of(_generated(base), objective=objective_kind)
+    gen = _generated(base)
+    surface = surface_of(gen, objective=objective_kind)
     if share is None:
         return surface
-    gen = _generated(base)
-    _, space, got = with_rules(
+    space, got = with_rules(
         gen.space_data,
         optimum=gen.optimum_config,
         share=share / 100,
