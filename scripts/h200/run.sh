@@ -207,6 +207,10 @@ models() {
   say "models ready in $((SECONDS - t0)) s"
 }
 
+# A server listens on 127.0.0.1:PORT (uvicorn listens once start-up is complete; no curl on
+# the GPU image is assumed).
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
 # Each line of $FAILURES: WAVE|NAME|MODEL_DIR|vLLM OPTIONS|ENV=VALUE ... The lines of a wave
 # start together, the waves one after another. A server is given 240 s to fail or come up (one
 # that comes up is stopped and noted: then it was not a start-up failure).
@@ -227,8 +231,7 @@ failures() {
         --host 127.0.0.1 --port "$3" $4 >"$dir/$1.log" 2>&1 &
     pid=$!
     while kill -0 $pid 2>/dev/null; do
-      # uvicorn listens once start-up is complete (no curl on the GPU image is assumed)
-      if (exec 3<>"/dev/tcp/127.0.0.1/$3") 2>/dev/null; then
+      if listening "$3"; then
         echo "[autotune] the server came up: not a start-up failure" >>"$dir/$1.log"
         kill $pid; break
       fi
@@ -274,10 +277,11 @@ profile() {
   set +f
   spy=$!
   while kill -0 $spy 2>/dev/null && [ $((SECONDS - t0)) -lt 400 ]; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ready=$((SECONDS - t0)); break; fi
+    if listening $port; then ready=$((SECONDS - t0)); break; fi
     sleep 1
   done
-  server=$(pgrep -P $spy | head -1)
+  # py-spy's child, the API server, from the kernel (procps' pgrep may not be on the image)
+  server=$(cat /proc/$spy/task/*/children 2>/dev/null | awk '{print $1; exit}')
   [ -n "$server" ] && kill -TERM "$server"
   wait $spy
   say "profiled start: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"

@@ -90,13 +90,13 @@ def _where(frame: str) -> tuple[str, str] | None:
     return m.group("func"), m.group("file")
 
 
-def _imported(frames: tuple[str, ...]) -> str | None:
+def _imported(frames: tuple[str, ...], wheres: list[tuple[str, str] | None]) -> str | None:
     """The top-level package whose import this stack is in (the first module executed below
-    the outermost import), or None when it imports nothing."""
+    the outermost import), or None when it imports nothing. ``wheres``: :func:`_where` of
+    each frame."""
     for i, frame in enumerate(frames):
         if frame.startswith(_IMPORT):
-            for later in frames[i + 1 :]:
-                where = _where(later)
+            for where in wheres[i + 1 :]:
                 if where is not None and where[0] == "<module>":
                     return where[1].split("/")[0].removesuffix(".py")
             return "?"
@@ -111,18 +111,13 @@ def summarize(stacks: Iterable[Stack]) -> list[Process]:
         if not s.frames:
             proc.no_frames += s.count
             continue
-        package = _imported(s.frames)
+        wheres = [_where(frame) for frame in s.frames]
+        package = _imported(s.frames, wheres)
         if package is not None:
             proc.imports[package] += s.count
-        seen: set[str] = set()
-        for frame in s.frames:
-            where = _where(frame)
-            if where is None or where[0] == "<module>":
-                continue
-            key = f"{where[0]} ({where[1]})"
-            if key not in seen:
-                seen.add(key)
-                proc.inclusive[key] += s.count
+        keys = {f"{w[0]} ({w[1]})" for w in wheres if w is not None and w[0] != "<module>"}
+        for key in keys:  # inclusive: once per sample, however deep it recurses
+            proc.inclusive[key] += s.count
         proc.leaves[s.frames[-1]] += s.count
     return sorted(out.values(), key=lambda p: p.pid)
 
