@@ -278,7 +278,7 @@ def test_fatal_log_line_while_alive_fails_fast(
     t0 = time.monotonic()
     with pytest.raises(LaunchError) as info:
         launcher.apply({"decode": spec})
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 10.0  # at the line (0.3 s), far from the 30 s timeout
     assert info.value.failure == "nccl_error"
     assert "Watchdog caught collective operation timeout" in info.value.reason
     kv = make_spec.read_kv(spec.log_file)[-1]
@@ -291,7 +291,7 @@ def test_readiness_timeout(launcher: LocalLauncher, make_spec: SpecFactory) -> N
     with pytest.raises(LaunchError) as info:
         launcher.apply({"prefill": spec})
     elapsed = time.monotonic() - t0
-    assert 0.8 <= elapsed < 3.0
+    assert 0.8 <= elapsed < 6.0  # the 0.8 s timeout, with room for a busy machine
     assert info.value.failure == FailureClass.readiness_timeout.value
     assert "503" in info.value.reason
     assert not running(int(make_spec.read_kv(spec.log_file)[-1]["pid"]))
@@ -321,7 +321,7 @@ def test_sigkill_after_grace(tmp_path: Path, make_spec: SpecFactory) -> None:
         t0 = time.monotonic()
         lau.stop_all()
         took = time.monotonic() - t0
-    assert 0.5 <= took < 3.0
+    assert 0.5 <= took < 6.0  # the 0.5 s grace, then SIGKILL; room for a busy machine
     assert not running(int(kv["pid"])) and not running(int(kv["child"]))
 
 

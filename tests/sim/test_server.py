@@ -294,7 +294,7 @@ def test_startup_is_fast() -> None:
         [sys.executable, "-m", "autotune.sim.server", "--model-path", "/m", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={"AUTOTUNE_SIM_LOAD_SECONDS": "5", "PATH": ""},
+        env={"AUTOTUNE_SIM_LOAD_SECONDS": "20", "PATH": ""},
     )
     try:
         while True:
@@ -302,16 +302,17 @@ def test_startup_is_fast() -> None:
                 code = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code
                 break
             except httpx.HTTPError:
-                assert time.monotonic() - t0 < 5 and proc.poll() is None
+                assert time.monotonic() - t0 < 15 and proc.poll() is None
                 time.sleep(0.01)
         elapsed = time.monotonic() - t0
     finally:
         proc.terminate()
         proc.wait(5)
     assert code == 503
-    # /health answers (503) while the 5 s model load runs, not after it: < 0.5 s on an idle
-    # machine, 1.9 s beside two other xdist workers on 2 cores.
-    assert elapsed < 3.5
+    # /health answers (503) while the 20 s model load runs, not after it: < 0.5 s on an idle
+    # machine, 1.9 s beside two other xdist workers on 2 cores; the long load leaves a busy
+    # CI worker room without letting a server that answers only after loading pass.
+    assert elapsed < 12
 
 
 def test_combined_server_prefills_then_decodes(launcher: Launcher) -> None:
