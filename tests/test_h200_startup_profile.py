@@ -27,8 +27,12 @@ import startup_profile  # noqa: E402
 
 PYSPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
+# torch's inductor loads each compiled kernel in a `python -c` child whose code spans lines
+# and carries quotes and semicolons; py-spy writes such a command line as it is.
+LOADER = 'import time\nfrom ctypes import cdll\ncdll.LoadLibrary("libc.so.6"); time.sleep(2.0)'
+
 FAKE_SERVER = """
-import argparse, json, os, signal, socket, sys, time
+import argparse, json, os, signal, socket, subprocess, sys, time
 
 def initialize_engine_core(seconds):
     end = time.monotonic() + seconds
@@ -47,7 +51,8 @@ def main():
     time.sleep(0.5)
     child = os.fork()
     if child == 0:
-        initialize_engine_core(1.5)
+        initialize_engine_core(3.0)
+        subprocess.run([sys.executable, "-c", LOADER_CODE], check=True)
         os._exit(0)
     wait_for_engine(child)
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -57,7 +62,7 @@ def main():
         conn, _ = s.accept(); conn.close()
 
 main()
-"""
+""".replace("LOADER_CODE", repr(LOADER))
 
 
 def _free_port() -> int:
@@ -106,12 +111,15 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
     raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
     assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
     report = (out / "startup-profile.md").read_text()
-    server, core = report.split("\n## pid ")[1:]
-    # The API server waited on its engine core; the engine core worked for 1.5 s.
+    server, core, loader = report.split("\n## pid ")[1:]
+    # The loader's command, newlines, quotes and semicolons as they are (py-spy escapes none).
+    assert 'cdll.LoadLibrary("libc.so.6"); time.sleep(2.0)`' in loader, report
+    # The API server waited on its engine core; the engine core worked for 3 s (py-spy finds a
+    # new child by polling: its first second or so may go unseen).
     waited = re.search(r"`wait_for_engine \(vllm/[a-z/_]+\.py\)` \| ([\d.]+)", server)
     worked = re.search(r"`initialize_engine_core \(vllm/[a-z/_]+\.py\)` \| ([\d.]+)", core)
     assert waited and worked, report
-    assert 1.0 <= float(worked.group(1)) <= 4.0 and float(waited.group(1)) >= 1.0
+    assert 1.5 <= float(worked.group(1)) <= 6.0 and float(waited.group(1)) >= 3.0
 
 
 def test_the_summary_of_py_spy_lines(tmp_path: Path) -> None:
@@ -140,6 +148,25 @@ def test_the_summary_of_py_spy_lines(tmp_path: Path) -> None:
     assert core.samples == 20 and core.inclusive["init_core (x/core.py)"] == 20
     text = startup_profile.markdown(procs, rate=10, top=5)
     assert "## pid 10: 4.4 s" in text and "| torch | 3.0 |" in text and "## pid 11: 2.0 s" in text
+
+
+def test_a_command_line_over_several_lines_with_quotes_is_one_record(tmp_path: Path) -> None:
+    """As vLLM 0.32.0's CPU start wrote it: inductor's kernel loader under the engine core."""
+    server = 'process 10:"python -m vllm.entrypoints.openai.api_server --model m";'
+    loader = (
+        server + 'process 11:"python -c \nimport sys\nif sys.platform != "linux":\n'
+        "    import torch  # noqa: F401\nfrom ctypes import cdll\n"
+        'cdll.LoadLibrary("/c/k.so");\n";thread (11);'
+        "<module> (<string>:6);CDLL.__init__ (ctypes/__init__.py:376) 5"
+    )
+    text = "\n".join([loader, server + "thread (10): MainThread;serve (x/main.py:4) 7", ""])
+    path = tmp_path / "p.raw"
+    path.write_text(text)
+    procs = startup_profile.summarize(startup_profile.parse(startup_profile.read_lines(path)))
+    assert [(p.pid, p.samples) for p in procs] == [(10, 7), (11, 5)]
+    assert procs[1].cmd.startswith("python -c \nimport sys\n")
+    assert procs[1].cmd.endswith('cdll.LoadLibrary("/c/k.so");\n')
+    assert procs[1].leaves == {"CDLL.__init__ (ctypes/__init__.py:376)": 5}
 
 
 def test_a_file_that_is_not_py_spy_raw_is_refused_by_name(

@@ -28,7 +28,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_PROCESS = re.compile(r'process (\d+):"((?:[^"\\]|\\.)*)";')
+# A command line is written as it is: quotes and newlines unescaped (``python -c`` children of
+# torch's inductor carry both), so it ends at the `";` before the next process or the thread.
+_PROCESS = re.compile(r'process (\d+):"(.*?)";(?=process \d+:"|thread \()', re.S)
+_RECORD = re.compile(r'process \d+:"|thread \(')
 _THREAD = re.compile(r"thread \((\d+)\)(?:: ([^;]*))?(?:;|$)")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]+)(?::\d+)?\)$")
 _IMPORT = "_find_and_load"
@@ -58,9 +61,27 @@ class Process:
 
 
 def read_lines(path: Path) -> Iterator[str]:
+    """The records of a raw file: a command line with newlines spans several lines of it, and
+    a record begins only where a line begins with a process or a thread."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        yield from (line.rstrip("\n") for line in f if line.strip())
+        yield from records(line.rstrip("\n") for line in f)
+
+
+def records(lines: Iterable[str]) -> Iterator[str]:
+    """Physical lines joined into py-spy records (see :func:`read_lines`)."""
+    record: str | None = None
+    for line in lines:
+        if _RECORD.match(line):
+            if record is not None:
+                yield record
+            record = line
+        elif record is not None:
+            record += "\n" + line
+        elif line.strip():
+            yield line  # not a record's start: parse() says what it is
+    if record is not None:
+        yield record
 
 
 def parse(lines: Iterable[str]) -> Iterator[Stack]:
