@@ -48,10 +48,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
     args = p.parse_args()
+    print("mark=%s other=%s" % (os.environ.get("FAKE_MARK"), os.environ.get("FAKE_OTHER")))
     time.sleep(0.5)
     child = os.fork()
     if child == 0:
-        initialize_engine_core(3.0)
+        initialize_engine_core(float(os.environ.get("FAKE_CORE_S", "3.0")))
         subprocess.run([sys.executable, "-c", LOADER_CODE], check=True)
         os._exit(0)
     wait_for_engine(child)
@@ -107,7 +108,7 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"profiled start: \d+ s to listen", done.stdout), done.stdout
+    assert re.search(r"profiled start \[default\]: \d+ s to listen", done.stdout), done.stdout
     raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
     assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
     report = (out / "startup-profile.md").read_text()
@@ -120,6 +121,42 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
     worked = re.search(r"`initialize_engine_core \(vllm/[a-z/_]+\.py\)` \| ([\d.]+)", core)
     assert waited and worked, report
     assert 1.5 <= float(worked.group(1)) <= 6.0 and float(waited.group(1)) >= 3.0
+
+
+@pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
+def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: Path) -> None:
+    """PROFILE_ENVS: `default`, then two variables set for the second start only."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(RUN_SH), "profile"],
+        env={
+            **os.environ,
+            "STUDY": f"test-profile-envs-{os.getpid()}",
+            "OUT": str(out),
+            "PY": sys.executable,
+            "SITE": str(fake_site),
+            "PYSPY": PYSPY,
+            "PROFILE_MODEL": "/nonexistent/model",
+            "PROFILE_PORT": str(_free_port()),
+            "PROFILE_ENVS": "default FAKE_MARK=1,FAKE_OTHER=x",
+            "FAKE_CORE_S": "0.5",
+            "LOGS": str(tmp_path / "logs"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = re.findall(r"profiled start \[([^\]]*)\]: \d+ s to listen", done.stdout)
+    assert said == ["default", "FAKE_MARK=1,FAKE_OTHER=x"], done.stdout
+    first, second = "startup-profile-1-default", "startup-profile-2-FAKE_MARK_1_FAKE_OTHER_x"
+    assert "mark=None other=None" in (out / f"{first}.log").read_text()
+    assert "mark=1 other=x" in (out / f"{second}.log").read_text()
+    for name in (first, second):
+        assert (out / f"{name}.raw.gz").stat().st_size > 0
+        assert "| pid | parent | s sampled |" in (out / f"{name}.md").read_text()
+    assert not (out / "startup-profile.md").exists()
 
 
 def test_the_summary_of_py_spy_lines(tmp_path: Path) -> None:
@@ -167,6 +204,11 @@ def test_a_command_line_over_several_lines_with_quotes_is_one_record(tmp_path: P
     assert procs[1].cmd.startswith("python -c \nimport sys\n")
     assert procs[1].cmd.endswith('cdll.LoadLibrary("/c/k.so");\n')
     assert procs[1].leaves == {"CDLL.__init__ (ctypes/__init__.py:376)": 5}
+    assert (procs[0].parent, procs[1].parent) == (None, 10)
+    overview = startup_profile.markdown(procs, rate=10, top=3).split("\n## pid")[0]
+    assert "| 10 |  | 0.7 | 0.0 | `python -m vllm.entrypoints" in overview
+    child_row = '| 11 | 10 | 0.5 | 0.0 | `python -c \\nimport sys\\nif sys.platform != "linux'
+    assert child_row in overview
 
 
 def test_a_file_that_is_not_py_spy_raw_is_refused_by_name(

@@ -48,7 +48,9 @@
 #   profile        start vLLM once on $PROFILE_MODEL ($PROFILE_ARGS: its options) under py-spy
 #                  (carried .kit/py-spy/py_spy-*.whl) until it listens, then stop it; the raw
 #                  stacks of every process ($OUT/startup-profile.raw.gz) and where its start went
-#                  ($OUT/startup-profile.md, scripts/h200/startup_profile.py)
+#                  ($OUT/startup-profile.md, scripts/h200/startup_profile.py); once per word of
+#                  $PROFILE_ENVS (`default` or VAR=VALUE[,VAR=VALUE]) when it has several, as
+#                  $OUT/startup-profile-N-WORD.*
 #   watch SECONDS  wait until the background job ends or SECONDS pass, then collect (never
 #                  past $CALL_S - $COLLECT_S seconds from the call's start: `watch 600` is the
 #                  longest a call allows)
@@ -111,6 +113,10 @@
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
 # .kit/py-spy`; then, after the kit and the models, carry [..., ".kit/py-spy"] and
 #     PROFILE_MODEL=/tmp/autotune-moe scripts/h200/run.sh ... models profile ...
+# and whether a forked engine core saves its second import of vLLM (the CLI spawns it; four
+# eager starts, about 4 minutes; BENCHMARKS.md "A real vLLM's start, profiled"):
+#     PROFILE_ARGS=--enforce-eager PROFILE_ENVS="default VLLM_WORKER_MULTIPROC_METHOD=fork \
+#       default VLLM_WORKER_MULTIPROC_METHOD=fork" scripts/h200/run.sh ... models profile ...
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,
@@ -155,6 +161,7 @@ CHECK_TRIALS=${CHECK_TRIALS:-3}
 PROFILE_MODEL=${PROFILE_MODEL:-/tmp/autotune-moe}
 PROFILE_ARGS=${PROFILE_ARGS:-}
 PROFILE_RATE=${PROFILE_RATE:-20}
+PROFILE_ENVS=${PROFILE_ENVS:-default}
 WINNER_STUDY=${WINNER_STUDY:-${STUDY%-check}}
 WINNER_DB=${WINNER_DB:-$RESULTS/$WINNER_STUDY.db}
 export PYTHONPATH=$SITE:$PWD
@@ -252,11 +259,14 @@ failures() {
   tar -C "$dir" -cf "$OUT/failures.tar" .
 }
 
-# py-spy samples every process of one start (the API server and the engine core it forks), main
+# py-spy samples every process of one start (the API server and the engine core it starts), main
 # threads and idle time included, from its launch until the server listens; then the server is
-# stopped (py-spy writes its file when its child exits).
+# stopped (py-spy writes its file when its child exits). $PROFILE_ENVS: one start per word, each
+# `default` (the environment as it is) or VAR=VALUE[,VAR=VALUE] set for that start only, in
+# that order (`default VLLM_WORKER_MULTIPROC_METHOD=fork default VLLM_WORKER_MULTIPROC_METHOD=fork`
+# compares the engine core spawned, vLLM's CLI default, with forked, twice, alternating).
 profile() {
-  local whl dir=/tmp/autotune-py-spy port=${PROFILE_PORT:-18300} spy server t0=$SECONDS ready=""
+  local whl dir=/tmp/autotune-py-spy variant i=0 n name
   local pyspy=${PYSPY:-$dir/bin/py-spy}  # PYSPY: a py-spy already installed (the tests')
   if busy; then say "not profiled: another job runs (one GPU)"; return 0; fi
   if [ ! -x "$pyspy" ]; then
@@ -266,14 +276,28 @@ profile() {
     fi
     "$PY" -m pip install -q --no-index --no-deps --target "$dir" "$whl" || return 1
   fi
-  rm -f "$OUT/startup-profile.raw" "$OUT/startup-profile.raw.gz"
+  n=$(wc -w <<<"$PROFILE_ENVS")
+  for variant in $PROFILE_ENVS; do
+    i=$((i + 1))
+    name=startup-profile
+    [ "$n" -gt 1 ] && name=startup-profile-$i-${variant//[^A-Za-z0-9_.-]/_}
+    profile_one "$pyspy" "$variant" "$name" || return 1
+  done
+}
+
+profile_one() {
+  local pyspy=$1 variant=$2 name=$3 port=${PROFILE_PORT:-18300} spy server t0=$SECONDS ready=""
+  local -a extra=()
+  [ "$variant" != default ] && IFS=, read -r -a extra <<<"$variant"
+  rm -f "$OUT/$name.raw" "$OUT/$name.raw.gz"
   set -f
   # shellcheck disable=SC2086
   env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    "${extra[@]}" \
     "$pyspy" record --subprocesses --idle --threads --rate "$PROFILE_RATE" \
-      --format raw -o "$OUT/startup-profile.raw" -- \
+      --format raw -o "$OUT/$name.raw" -- \
       "$PY" -m vllm.entrypoints.openai.api_server --model "$PROFILE_MODEL" \
-        --host 127.0.0.1 --port $port $PROFILE_ARGS >"$OUT/startup-profile.log" 2>&1 &
+        --host 127.0.0.1 --port $port $PROFILE_ARGS >"$OUT/$name.log" 2>&1 &
   set +f
   spy=$!
   while kill -0 $spy 2>/dev/null && [ $((SECONDS - t0)) -lt 400 ]; do
@@ -284,14 +308,15 @@ profile() {
   server=$(cat /proc/$spy/task/*/children 2>/dev/null | awk '{print $1; exit}')
   [ -n "$server" ] && kill -TERM "$server"
   wait $spy
-  say "profiled start: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"
-  [ -s "$OUT/startup-profile.raw" ] || { tail -5 "$OUT/startup-profile.log"; return 1; }
-  "$PY" scripts/h200/startup_profile.py "$OUT/startup-profile.raw" --rate "$PROFILE_RATE" \
-    >"$OUT/startup-profile.md" && head -40 "$OUT/startup-profile.md"
-  gzip -f "$OUT/startup-profile.raw"
+  # the port is free again before the next start
+  while listening $port && [ $((SECONDS - t0)) -lt 460 ]; do sleep 1; done
+  say "profiled start [$variant]: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"
+  [ -s "$OUT/$name.raw" ] || { tail -5 "$OUT/$name.log"; return 1; }
+  "$PY" scripts/h200/startup_profile.py "$OUT/$name.raw" --rate "$PROFILE_RATE" \
+    >"$OUT/$name.md" && sed -n '1,/^## pid/p' "$OUT/$name.md" | head -20
+  gzip -f "$OUT/$name.raw"
 }
 
-# One GPU: one background job at a time, whatever study it is for.
 busy() {
   local f
   for f in "$LOGS"/*.pid; do

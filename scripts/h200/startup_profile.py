@@ -45,6 +45,7 @@ class Stack:
     cmd: str
     frames: tuple[str, ...]
     count: int
+    parent: int | None = None
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Process:
 
     pid: int
     cmd: str
+    parent: int | None = None
     samples: int = 0
     no_frames: int = 0  # the interpreter before any Python frame (start-up, exit)
     imports: Counter[str] = field(default_factory=Counter)
@@ -90,9 +92,9 @@ def parse(lines: Iterable[str]) -> Iterator[Stack]:
         body, _, count = line.rpartition(" ")
         if not count.isdigit():
             raise ValueError(f"not a py-spy raw line (no sample count at its end): {line[:120]}")
-        pos, pid, cmd = 0, None, ""
+        pos, pid, cmd, parent = 0, None, "", None
         while (m := _PROCESS.match(body, pos)) is not None:
-            pid, cmd, pos = int(m.group(1)), m.group(2), m.end()
+            parent, pid, cmd, pos = pid, int(m.group(1)), m.group(2), m.end()
         thread = _THREAD.match(body, pos)
         if pid is None or thread is None:
             raise ValueError(f"not a py-spy raw line of --subprocesses --threads: {line[:120]}")
@@ -100,7 +102,7 @@ def parse(lines: Iterable[str]) -> Iterator[Stack]:
             continue
         rest = body[thread.end() :]
         frames = tuple(f for f in rest.split(";") if f) if rest else ()
-        yield Stack(pid, cmd, frames, int(count))
+        yield Stack(pid, cmd, frames, int(count), parent)
 
 
 def _where(frame: str) -> tuple[str, str] | None:
@@ -127,7 +129,7 @@ def _imported(frames: tuple[str, ...], wheres: list[tuple[str, str] | None]) -> 
 def summarize(stacks: Iterable[Stack]) -> list[Process]:
     out: dict[int, Process] = {}
     for s in stacks:
-        proc = out.setdefault(s.pid, Process(s.pid, s.cmd))
+        proc = out.setdefault(s.pid, Process(s.pid, s.cmd, s.parent))
         proc.samples += s.count
         if not s.frames:
             proc.no_frames += s.count
@@ -147,13 +149,30 @@ def markdown(processes: list[Process], *, rate: float, top: int) -> str:
     def sec(n: int) -> str:
         return f"{n / rate:.1f}"
 
-    lines = [f"# Where the start went (py-spy, {rate:g} samples/s, main threads)", ""]
+    def one_line(cmd: str, width: int) -> str:  # `python -c` code spans lines
+        return cmd.replace("\n", "\\n").replace("`", "'").replace("|", "\\|")[:width]
+
+    lines = [
+        f"# Where the start went (py-spy, {rate:g} samples/s, main threads)",
+        "",
+        "Each process's main thread, sampled from its start (or py-spy finding it) to its exit or",
+        "the stop: one that lived until the stop started that much later than the first one.",
+        "",
+        "| pid | parent | s sampled | s importing | command |",
+        "|---:|---:|---:|---:|---|",
+        *(
+            f"| {p.pid} | {p.parent or ''} | {sec(p.samples)} | {sec(sum(p.imports.values()))} "
+            f"| `{one_line(p.cmd, 90)}` |"
+            for p in processes
+        ),
+        "",
+    ]
     for p in processes:
         imported = sum(p.imports.values())
         lines += [
             f"## pid {p.pid}: {sec(p.samples)} s",
             "",
-            f"`{p.cmd[:200]}`",
+            f"`{one_line(p.cmd, 200)}`",
             "",
             f"Importing modules {sec(imported)} s; before the first Python frame or after the "
             f"last {sec(p.no_frames)} s.",
