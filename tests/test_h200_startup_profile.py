@@ -83,24 +83,22 @@ def fake_site(tmp_path: Path) -> Path:
     return site
 
 
-@pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
-def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
-    fake_site: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
+def _profile(site: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`run.sh profile` on the stand-in server, its files in tmp_path/out."""
     done = subprocess.run(
         ["bash", str(RUN_SH), "profile"],
         env={
             **os.environ,
             "STUDY": f"test-profile-{os.getpid()}",
-            "OUT": str(out),
+            "OUT": str(tmp_path / "out"),
             "PY": sys.executable,
-            "SITE": str(fake_site),
+            "SITE": str(site),
             "PYSPY": PYSPY,
             "PROFILE_MODEL": "/nonexistent/model",
             "PROFILE_PORT": str(_free_port()),
             # Not the repository's studies/logs: other tests' stand-in jobs run there.
             "LOGS": str(tmp_path / "logs"),
+            **env,
         },
         capture_output=True,
         text=True,
@@ -108,6 +106,15 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
+def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
+    fake_site: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = _profile(fake_site, tmp_path)
     assert re.search(r"profiled start \[default\]: \d+ s to listen", done.stdout), done.stdout
     raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
     assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
@@ -127,27 +134,9 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
 def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: Path) -> None:
     """PROFILE_ENVS: `default`, then two variables set for the second start only."""
     out = tmp_path / "out"
-    done = subprocess.run(
-        ["bash", str(RUN_SH), "profile"],
-        env={
-            **os.environ,
-            "STUDY": f"test-profile-envs-{os.getpid()}",
-            "OUT": str(out),
-            "PY": sys.executable,
-            "SITE": str(fake_site),
-            "PYSPY": PYSPY,
-            "PROFILE_MODEL": "/nonexistent/model",
-            "PROFILE_PORT": str(_free_port()),
-            "PROFILE_ENVS": "default FAKE_MARK=1,FAKE_OTHER=x",
-            "FAKE_CORE_S": "0.5",
-            "LOGS": str(tmp_path / "logs"),
-        },
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    done = _profile(
+        fake_site, tmp_path, PROFILE_ENVS="default FAKE_MARK=1,FAKE_OTHER=x", FAKE_CORE_S="0.5"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     said = re.findall(r"profiled start \[([^\]]*)\]: \d+ s to listen", done.stdout)
     assert said == ["default", "FAKE_MARK=1,FAKE_OTHER=x"], done.stdout
     first, second = "startup-profile-1-default", "startup-profile-2-FAKE_MARK_1_FAKE_OTHER_x"
