@@ -317,6 +317,7 @@ profile_one() {
   gzip -f "$OUT/$name.raw"
 }
 
+# One GPU: one background job at a time, whatever study it is for.
 busy() {
   local f
   for f in "$LOGS"/*.pid; do
