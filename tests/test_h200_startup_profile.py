@@ -41,8 +41,8 @@ def initialize_engine_core(seconds):
         n += 1
     return n
 
-def wait_for_engine(pid):
-    os.waitpid(pid, 0)
+def wait_for_engine(fd):
+    os.read(fd, 1)
 
 def main():
     p = argparse.ArgumentParser()
@@ -50,12 +50,16 @@ def main():
     args = p.parse_args()
     print("mark=%s other=%s" % (os.environ.get("FAKE_MARK"), os.environ.get("FAKE_OTHER")))
     time.sleep(0.5)
-    child = os.fork()
-    if child == 0:
+    ready, done = os.pipe()
+    if os.fork() == 0:  # the engine core: ready, then serving until the API server is gone
         initialize_engine_core(float(os.environ.get("FAKE_CORE_S", "3.0")))
         subprocess.run([sys.executable, "-c", LOADER_CODE], check=True)
+        os.write(done, b"1")
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.1)
         os._exit(0)
-    wait_for_engine(child)
+    wait_for_engine(ready)
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((args.host, args.port)); s.listen()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -119,7 +123,14 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
     raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
     assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
     report = (out / "startup-profile.md").read_text()
-    server, core, loader = report.split("\n## pid ")[1:]
+    overview, server, core, loader = report.split("\n## pid ")
+    # When each started, from the kernel as the server first listened: the API server, then
+    # its engine core 0.5 s later (the loader had ended by then).
+    tree = [line.split("\t") for line in (out / "startup-profile.procs").read_text().splitlines()]
+    assert [float(at) for _, at, _ in tree][0] == 0.0 and len(tree) == 2, tree
+    assert 0.3 <= float(tree[1][1]) <= 3.0 and "api_server" in tree[1][2], tree
+    core_pid = int(tree[1][0])
+    assert re.search(rf"\| {core_pid} \| {tree[0][0]} \| {float(tree[1][1]):.1f} \|", overview)
     # The loader's command, newlines, quotes and semicolons as they are (py-spy escapes none).
     assert 'cdll.LoadLibrary("libc.so.6"); time.sleep(2.0)`' in loader, report
     # The API server waited on its engine core; the engine core worked for 3 s (py-spy finds a
@@ -144,7 +155,9 @@ def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: P
     assert "mark=1 other=x" in (out / f"{second}.log").read_text()
     for name in (first, second):
         assert (out / f"{name}.raw.gz").stat().st_size > 0
-        assert "| pid | parent | s sampled |" in (out / f"{name}.md").read_text()
+        assert "| pid | parent | started, s | s sampled |" in (out / f"{name}.md").read_text()
+        server = (out / f"{name}.procs").read_text().splitlines()[0].split("\t")
+        assert server[1] == "0.00" and "vllm.entrypoints.openai.api_server" in server[2]
     assert not (out / "startup-profile.md").exists()
 
 
@@ -194,9 +207,10 @@ def test_a_command_line_over_several_lines_with_quotes_is_one_record(tmp_path: P
     assert procs[1].cmd.endswith('cdll.LoadLibrary("/c/k.so");\n')
     assert procs[1].leaves == {"CDLL.__init__ (ctypes/__init__.py:376)": 5}
     assert (procs[0].parent, procs[1].parent) == (None, 10)
-    overview = startup_profile.markdown(procs, rate=10, top=3).split("\n## pid")[0]
-    assert "| 10 |  | 0.7 | 0.0 | `python -m vllm.entrypoints" in overview
-    child_row = '| 11 | 10 | 0.5 | 0.0 | `python -c \\nimport sys\\nif sys.platform != "linux'
+    started = {10: 0.0}  # the loader had ended when the tree was read: no start time
+    overview = startup_profile.markdown(procs, rate=10, top=3, started=started).split("\n## pid")[0]
+    assert "| 10 |  | 0.0 | 0.7 | 0.0 | `python -m vllm.entrypoints" in overview
+    child_row = '| 11 | 10 |  | 0.5 | 0.0 | `python -c \\nimport sys\\nif sys.platform != "linux'
     assert child_row in overview
 
 
@@ -207,6 +221,12 @@ def test_a_file_that_is_not_py_spy_raw_is_refused_by_name(
     bad.write_text("frame;frame\n")
     assert startup_profile.main([str(bad)]) == 1
     assert f"{bad}: not a py-spy raw line" in capsys.readouterr().err
+    good = tmp_path / "good.raw"
+    good.write_text('process 1:"x";thread (1): T;f (a.py:1) 3\n')
+    procs = tmp_path / "p.procs"
+    procs.write_text("1 0.00 x\n")  # spaces, not tabs
+    assert startup_profile.main([str(good), "--procs", str(procs)]) == 1
+    assert f"{procs}: not a file of --procs-of" in capsys.readouterr().err
     nothing = tmp_path / "empty.raw"
     nothing.write_text('process 1:"x";thread (2): T;f (a.py:1) 3\n')  # no main thread
     assert startup_profile.main([str(nothing)]) == 1

@@ -306,13 +306,17 @@ profile_one() {
   done
   # py-spy's child, the API server, from the kernel (procps' pgrep may not be on the image)
   server=$(cat /proc/$spy/task/*/children 2>/dev/null | awk '{print $1; exit}')
+  # when it and each process under it started (py-spy's stacks carry no time)
+  [ -n "$server" ] && "$PY" scripts/h200/startup_profile.py --procs-of "$server" >"$OUT/$name.procs"
   [ -n "$server" ] && kill -TERM "$server"
   wait $spy
   # the port is free again before the next start
   while listening $port && [ $((SECONDS - t0)) -lt 460 ]; do sleep 1; done
   say "profiled start [$variant]: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"
   [ -s "$OUT/$name.raw" ] || { tail -5 "$OUT/$name.log"; return 1; }
-  "$PY" scripts/h200/startup_profile.py "$OUT/$name.raw" --rate "$PROFILE_RATE" \
+  local -a procs=()
+  [ -s "$OUT/$name.procs" ] && procs=(--procs "$OUT/$name.procs")
+  "$PY" scripts/h200/startup_profile.py "$OUT/$name.raw" --rate "$PROFILE_RATE" "${procs[@]}" \
     >"$OUT/$name.md" && sed -n '1,/^## pid/p' "$OUT/$name.md" | head -20
   gzip -f "$OUT/$name.raw"
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import re
 import sys
 from collections import Counter
@@ -105,6 +106,43 @@ def parse(lines: Iterable[str]) -> Iterator[Stack]:
         yield Stack(pid, cmd, frames, int(count), parent)
 
 
+def process_tree(root: int, proc: Path = Path("/proc")) -> list[tuple[int, float, str]]:
+    """(pid, seconds after ``root`` started, command line) of ``root`` and every descendant
+    alive now, from the kernel's start times (``/proc/PID/stat`` field 22, in clock ticks).
+
+    py-spy's raw stacks carry no time; taken when the server first listens, this says when
+    the engine core and its children started (those that already ended are not there)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: list[tuple[int, float, str]] = []
+    todo, start0 = [root], None
+    while todo:
+        pid = todo.pop(0)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+            cmd = (proc / str(pid) / "cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ")
+            children = [
+                int(c)
+                for task in (proc / str(pid) / "task").iterdir()
+                for c in (task / "children").read_text().split()
+            ]
+        except (OSError, ValueError):
+            continue  # ended meanwhile
+        started = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: 20th after the name
+        start0 = started if start0 is None else start0
+        out.append((pid, (started - start0) / tick, cmd.decode(errors="replace")))
+        todo.extend(sorted(children))
+    return out
+
+
+def read_procs(path: Path) -> dict[int, float]:
+    """pid -> seconds after the server started, from a file of :func:`main`'s --procs-of."""
+    out: dict[int, float] = {}
+    for line in path.read_text().splitlines():
+        pid, at, _ = line.split("\t", 2)
+        out[int(pid)] = float(at)
+    return out
+
+
 def _where(frame: str) -> tuple[str, str] | None:
     """(function, file) of a frame in a package (not a frozen importlib one)."""
     m = _FRAME.match(frame)
@@ -145,7 +183,9 @@ def summarize(stacks: Iterable[Stack]) -> list[Process]:
     return sorted(out.values(), key=lambda p: p.pid)
 
 
-def markdown(processes: list[Process], *, rate: float, top: int) -> str:
+def markdown(
+    processes: list[Process], *, rate: float, top: int, started: dict[int, float] | None = None
+) -> str:
     def sec(n: int) -> str:
         return f"{n / rate:.1f}"
 
@@ -156,13 +196,14 @@ def markdown(processes: list[Process], *, rate: float, top: int) -> str:
         f"# Where the start went (py-spy, {rate:g} samples/s, main threads)",
         "",
         "Each process's main thread, sampled from its start (or py-spy finding it) to its exit or",
-        "the stop: one that lived until the stop started that much later than the first one.",
+        "the stop. Started: seconds after the server's start, read from the kernel when the",
+        "server first listened (blank: it had ended by then, or no reading was taken).",
         "",
-        "| pid | parent | s sampled | s importing | command |",
-        "|---:|---:|---:|---:|---|",
+        "| pid | parent | started, s | s sampled | s importing | command |",
+        "|---:|---:|---:|---:|---:|---|",
         *(
-            f"| {p.pid} | {p.parent or ''} | {sec(p.samples)} | {sec(sum(p.imports.values()))} "
-            f"| `{one_line(p.cmd, 90)}` |"
+            f"| {p.pid} | {p.parent or ''} | {_at(started, p.pid)} | {sec(p.samples)} "
+            f"| {sec(sum(p.imports.values()))} | `{one_line(p.cmd, 90)}` |"
             for p in processes
         ),
         "",
@@ -193,21 +234,44 @@ def markdown(processes: list[Process], *, rate: float, top: int) -> str:
     return "\n".join(lines)
 
 
+def _at(started: dict[int, float] | None, pid: int) -> str:
+    at = (started or {}).get(pid)
+    return "" if at is None else f"{at:.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("raw", type=Path, help="py-spy record --format raw output (.gz too)")
+    parser.add_argument("raw", type=Path, nargs="?", help="py-spy's --format raw (.gz too)")
     parser.add_argument("--rate", type=float, default=20.0, help="py-spy's --rate")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--procs", type=Path, help="a file of --procs-of: when each started")
+    parser.add_argument(
+        "--procs-of", type=int, metavar="PID", help="print PID's process tree with start times"
+    )
     args = parser.parse_args(argv)
+    if args.procs_of is not None:
+        for pid, at, cmd in process_tree(args.procs_of):
+            print(f"{pid}\t{at:.2f}\t{cmd}")
+        return 0
+    if args.raw is None:
+        parser.error("the raw profile is required (or --procs-of PID)")
     try:
         processes = summarize(parse(read_lines(args.raw)))
     except (OSError, ValueError) as exc:
         print(f"{args.raw}: {exc}", file=sys.stderr)
         return 1
+    try:
+        started = read_procs(args.procs) if args.procs else None
+    except (OSError, ValueError) as exc:
+        print(
+            f"{args.procs}: not a file of --procs-of (PID, seconds, command): {exc}",
+            file=sys.stderr,
+        )
+        return 1
     if not processes:
         print(f"{args.raw}: no main-thread samples", file=sys.stderr)
         return 1
-    print(markdown(processes, rate=args.rate, top=args.top))
+    print(markdown(processes, rate=args.rate, top=args.top, started=started))
     return 0
 
 
