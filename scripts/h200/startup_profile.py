@@ -9,12 +9,17 @@ process, how many seconds its main thread spent importing which package, in whic
 (inclusive) and on which innermost lines (what it waited on: a lock, a socket, a child), so
 the next step is a measured one, not a guess.
 
-py-spy's raw format is one line per distinct stack: ``process PID:"CMD";[process PID:"CMD";]
-thread (TID)[: NAME];frame;...;frame COUNT``, the outer ``process`` entries being the
-parents of a child process. A sample of the main thread (TID == PID) is 1/rate seconds of
-that process's wall clock (``--idle`` keeps the waiting ones); other threads are left out.
+py-spy's raw format is one record per distinct stack: ``process PID:"CMD";[process
+PID:"CMD";]thread (TID)[: NAME];frame;...;frame COUNT``, the outer ``process`` entries being
+the parents of a child process; a CMD is written unescaped, newlines included, so a record
+may span lines. A sample of the main thread (TID == PID) is 1/rate seconds of that process's
+wall clock (``--idle`` keeps the waiting ones); other threads are left out. The stacks carry
+no time: ``--procs-of PID``, run as the server first listens, reads from the kernel when it
+and every process under it started, and ``--procs`` puts that beside each process.
 
-    python3 scripts/h200/startup_profile.py startup-profile.raw.gz --rate 20 [--top 15]
+    python3 scripts/h200/startup_profile.py --procs-of SERVER_PID > startup-profile.procs
+    python3 scripts/h200/startup_profile.py startup-profile.raw.gz --rate 20 [--top 15] \
+        [--procs startup-profile.procs]
 """
 
 from __future__ import annotations
