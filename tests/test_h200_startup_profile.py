@@ -49,6 +49,9 @@ def main():
     p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
     args = p.parse_args()
     print("mark=%s other=%s" % (os.environ.get("FAKE_MARK"), os.environ.get("FAKE_OTHER")))
+    if os.environ.get("FAKE_PIDFILE"):
+        with open(os.environ["FAKE_PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
     time.sleep(0.5)
     ready, done = os.pipe()
     if os.fork() == 0:  # the engine core: ready, then serving until the API server is gone
@@ -119,7 +122,9 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
 ) -> None:
     out = tmp_path / "out"
     done = _profile(fake_site, tmp_path)
-    assert re.search(r"profiled start \[default\]: \d+ s to listen", done.stdout), done.stdout
+    assert re.search(
+        r"profiled start \[default\]: \d+ s to listen \(\d+ s with the stop\)", done.stdout
+    ), done.stdout
     raw = gzip.decompress((out / "startup-profile.raw.gz").read_bytes()).decode()
     assert "vllm.entrypoints.openai.api_server --model /nonexistent/model" in raw
     report = (out / "startup-profile.md").read_text()
@@ -148,7 +153,7 @@ def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: P
     done = _profile(
         fake_site, tmp_path, PROFILE_ENVS="default FAKE_MARK=1,FAKE_OTHER=x", FAKE_CORE_S="0.5"
     )
-    said = re.findall(r"profiled start \[([^\]]*)\]: \d+ s to listen", done.stdout)
+    said = re.findall(r"profiled start \[([^\]]*)\]: \d+ s to listen \(\d+ s with", done.stdout)
     assert said == ["default", "FAKE_MARK=1,FAKE_OTHER=x"], done.stdout
     first, second = "startup-profile-1-default", "startup-profile-2-FAKE_MARK_1_FAKE_OTHER_x"
     assert "mark=None other=None" in (out / f"{first}.log").read_text()
@@ -159,6 +164,52 @@ def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: P
         server = (out / f"{name}.procs").read_text().splitlines()[0].split("\t")
         assert server[1] == "0.00" and "vllm.entrypoints.openai.api_server" in server[2]
     assert not (out / "startup-profile.md").exists()
+
+
+# A py-spy that starts the server, then fails to attach (as under a sandbox without
+# process_vm_readv) and exits, leaving its child running.
+FAILING_PYSPY = """#!/bin/bash
+while [ "$1" != "--" ]; do shift; done
+shift
+"$@" &
+sleep 1
+echo "Error: Failed to attach" >&2
+exit 1
+"""
+
+
+def test_a_py_spy_that_fails_leaves_no_server_behind(fake_site: Path, tmp_path: Path) -> None:
+    pyspy = tmp_path / "py-spy"
+    pyspy.write_text(FAILING_PYSPY)
+    pyspy.chmod(0o755)
+    pidfile = tmp_path / "server.pid"
+    done = subprocess.run(
+        ["bash", str(RUN_SH), "profile"],
+        env={
+            **os.environ,
+            "STUDY": f"test-profile-fails-{os.getpid()}",
+            "OUT": str(tmp_path / "out"),
+            "PY": sys.executable,
+            "SITE": str(fake_site),
+            "PYSPY": str(pyspy),
+            "PROFILE_MODEL": "/nonexistent/model",
+            "PROFILE_PORT": str(port := _free_port()),
+            "LOGS": str(tmp_path / "logs"),
+            "FAKE_PIDFILE": str(pidfile),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert "profiled start [default]: never listened" in done.stdout, done.stdout + done.stderr
+    assert "stopping what is left of the profiled start" in done.stdout
+    assert "profile failed" in done.stdout
+    server = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)
+    with socket.socket() as s, pytest.raises(OSError):
+        s.connect(("127.0.0.1", port))
 
 
 def test_the_summary_of_py_spy_lines(tmp_path: Path) -> None:

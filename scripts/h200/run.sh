@@ -290,9 +290,13 @@ profile_one() {
   local -a extra=()
   [ "$variant" != default ] && IFS=, read -r -a extra <<<"$variant"
   rm -f "$OUT/$name.raw" "$OUT/$name.raw.gz"
+  local -a group=()
+  # a process group of its own (setsid execs in place: py-spy's pid is the group's), so that
+  # whatever of this start outlives it goes with it below
+  command -v setsid >/dev/null && group=(setsid)
   set -f
   # shellcheck disable=SC2086
-  env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+  "${group[@]}" env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     "${extra[@]}" \
     "$pyspy" record --subprocesses --idle --threads --rate "$PROFILE_RATE" \
       --format raw -o "$OUT/$name.raw" -- \
@@ -310,9 +314,20 @@ profile_one() {
   [ -n "$server" ] && "$PY" scripts/h200/startup_profile.py --procs-of "$server" >"$OUT/$name.procs"
   [ -n "$server" ] && kill -TERM "$server"
   wait $spy
+  # Left over: a py-spy that failed to attach exits and leaves its child, a server on the GPU
+  # that the next verb's study would find holding the memory and the port.
+  if kill -0 -- -$spy 2>/dev/null; then
+    say "stopping what is left of the profiled start (process group $spy)"
+    kill -TERM -- -$spy 2>/dev/null
+    local waited=0
+    while kill -0 -- -$spy 2>/dev/null && [ $waited -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+    kill -KILL -- -$spy 2>/dev/null
+  fi
   # the port is free again before the next start
   while listening $port && [ $((SECONDS - t0)) -lt 460 ]; do sleep 1; done
-  say "profiled start [$variant]: ${ready:-not ready} s to listen ($((SECONDS - t0)) s with the stop)"
+  local outcome="never listened"
+  [ -n "$ready" ] && outcome="$ready s to listen"
+  say "profiled start [$variant]: $outcome ($((SECONDS - t0)) s with the stop)"
   [ -s "$OUT/$name.raw" ] || { tail -5 "$OUT/$name.log"; return 1; }
   local -a procs=()
   [ -s "$OUT/$name.procs" ] && procs=(--procs "$OUT/$name.procs")
