@@ -183,24 +183,13 @@ def test_a_py_spy_that_fails_leaves_no_server_behind(fake_site: Path, tmp_path: 
     pyspy.write_text(FAILING_PYSPY)
     pyspy.chmod(0o755)
     pidfile = tmp_path / "server.pid"
-    done = subprocess.run(
-        ["bash", str(RUN_SH), "profile"],
-        env={
-            **os.environ,
-            "STUDY": f"test-profile-fails-{os.getpid()}",
-            "OUT": str(tmp_path / "out"),
-            "PY": sys.executable,
-            "SITE": str(fake_site),
-            "PYSPY": str(pyspy),
-            "PROFILE_MODEL": "/nonexistent/model",
-            "PROFILE_PORT": str(port := _free_port()),
-            "LOGS": str(tmp_path / "logs"),
-            "FAKE_PIDFILE": str(pidfile),
-        },
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    port = _free_port()
+    done = _profile(
+        fake_site,
+        tmp_path,
+        PYSPY=str(pyspy),
+        PROFILE_PORT=str(port),
+        FAKE_PIDFILE=str(pidfile),
     )
     assert "profiled start [default]: never listened" in done.stdout, done.stdout + done.stderr
     assert "stopping what is left of the profiled start" in done.stdout
