@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.ports import pick_free_port
+
 REPO = Path(__file__).resolve().parents[1]
 RUN_SH = REPO / "scripts" / "h200" / "run.sh"
 sys.path.insert(0, str(REPO / "scripts" / "h200"))
@@ -73,12 +75,6 @@ main()
 """.replace("LOADER_CODE", repr(LOADER))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def fake_site(tmp_path: Path) -> Path:
     site = tmp_path / "site"
@@ -102,7 +98,7 @@ def _profile(site: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProc
             "SITE": str(site),
             "PYSPY": PYSPY,
             "PROFILE_MODEL": "/nonexistent/model",
-            "PROFILE_PORT": str(_free_port()),
+            "PROFILE_PORT": str(pick_free_port()),
             # Not the repository's studies/logs: other tests' stand-in jobs run there.
             "LOGS": str(tmp_path / "logs"),
             **env,
@@ -183,7 +179,7 @@ def test_a_py_spy_that_fails_leaves_no_server_behind(fake_site: Path, tmp_path: 
     pyspy.write_text(FAILING_PYSPY)
     pyspy.chmod(0o755)
     pidfile = tmp_path / "server.pid"
-    port = _free_port()
+    port = pick_free_port()
     done = _profile(
         fake_site,
         tmp_path,

@@ -34,6 +34,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# run.sh puts the checkout on PYTHONPATH; the tests run in the project's environment
+from autotune.remote.managers.hostops import parse_stat
+
 # A command line is written as it is: quotes and newlines unescaped (``python -c`` children of
 # torch's inductor carry both), so it ends at the `";` before the next process or the thread.
 _PROCESS = re.compile(r'process (\d+):"(.*?)";(?=process \d+:"|thread \()', re.S)
@@ -132,7 +135,10 @@ def process_tree(root: int, proc: Path = Path("/proc")) -> list[tuple[int, float
             ]
         except (OSError, ValueError):
             continue  # ended meanwhile
-        started = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: 20th after the name
+        info = parse_stat(pid, stat.rsplit(")", 1)[1])  # what follows "(comm)"
+        if info is None or info.start_ticks is None:
+            continue
+        started = info.start_ticks
         start0 = started if start0 is None else start0
         out.append((pid, (started - start0) / tick, cmd.decode(errors="replace")))
         todo.extend(sorted(children))
