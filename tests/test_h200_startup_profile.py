@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -112,12 +113,23 @@ def _profile(site: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProc
     return done
 
 
+def _unpacked(tmp_path: Path) -> Path:
+    """The profile's one archive in $OUT, unpacked: nothing else of it is left there (the
+    device call returns 8 files at most)."""
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["startup-profile.tar.gz"]
+    files = tmp_path / "profiles"
+    with tarfile.open(out / "startup-profile.tar.gz") as tar:
+        tar.extractall(files, filter="data")
+    return files
+
+
 @pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
 def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
     fake_site: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "out"
     done = _profile(fake_site, tmp_path)
+    out = _unpacked(tmp_path)
     assert re.search(
         r"profiled start \[default\]: \d+ s to listen \(\d+ s with the stop\)", done.stdout
     ), done.stdout
@@ -145,10 +157,10 @@ def test_the_profile_verb_records_both_processes_and_says_where_the_time_went(
 @pytest.mark.skipif(not os.access(PYSPY, os.X_OK), reason="py-spy is in the dev dependencies")
 def test_one_profiled_start_per_environment_variant(fake_site: Path, tmp_path: Path) -> None:
     """PROFILE_ENVS: `default`, then two variables set for the second start only."""
-    out = tmp_path / "out"
     done = _profile(
         fake_site, tmp_path, PROFILE_ENVS="default FAKE_MARK=1,FAKE_OTHER=x", FAKE_CORE_S="0.5"
     )
+    out = _unpacked(tmp_path)
     said = re.findall(r"profiled start \[([^\]]*)\]: \d+ s to listen \(\d+ s with", done.stdout)
     assert said == ["default", "FAKE_MARK=1,FAKE_OTHER=x"], done.stdout
     first, second = "startup-profile-1-default", "startup-profile-2-FAKE_MARK_1_FAKE_OTHER_x"
@@ -190,6 +202,8 @@ def test_a_py_spy_that_fails_leaves_no_server_behind(fake_site: Path, tmp_path: 
     assert "profiled start [default]: never listened" in done.stdout, done.stdout + done.stderr
     assert "stopping what is left of the profiled start" in done.stdout
     assert "profile failed" in done.stdout
+    # what is known of the failed start comes back all the same, in the one archive
+    assert "Error: Failed to attach" in (_unpacked(tmp_path) / "startup-profile.log").read_text()
     server = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(server, 0)
@@ -288,4 +302,4 @@ def test_no_profile_while_a_study_runs_on_the_gpu(tmp_path: Path) -> None:
         sleeper.wait()
     assert done.returncode == 0
     assert "not profiled: another job runs (one GPU)" in done.stdout
-    assert not (tmp_path / "out" / "startup-profile.raw.gz").exists()
+    assert not (tmp_path / "out" / "startup-profile.tar.gz").exists()

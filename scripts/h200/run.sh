@@ -47,10 +47,12 @@
 #                  background
 #   profile        start vLLM once on $PROFILE_MODEL ($PROFILE_ARGS: its options) under py-spy
 #                  (carried .kit/py-spy/py_spy-*.whl) until it listens, then stop it; the raw
-#                  stacks of every process ($OUT/startup-profile.raw.gz) and where its start went
-#                  ($OUT/startup-profile.md, scripts/h200/startup_profile.py); once per word of
-#                  $PROFILE_ENVS (`default` or VAR=VALUE[,VAR=VALUE]) when it has several, as
-#                  $OUT/startup-profile-N-WORD.*
+#                  stacks of every process (startup-profile.raw.gz), where its start went
+#                  (startup-profile.md, scripts/h200/startup_profile.py), its log and process
+#                  tree; once per word of $PROFILE_ENVS (`default` or VAR=VALUE[,VAR=VALUE])
+#                  when it has several, as startup-profile-N-WORD.*; all in one file,
+#                  $OUT/startup-profile.tar.gz (the device call returns 8 files at most, and a
+#                  study's `collect` needs 6 of them)
 #   watch SECONDS  wait until the background job ends or SECONDS pass, then collect (never
 #                  past $CALL_S - $COLLECT_S seconds from the call's start: `watch 600` is the
 #                  longest a call allows)
@@ -266,7 +268,7 @@ failures() {
 # that order (`default VLLM_WORKER_MULTIPROC_METHOD=fork default VLLM_WORKER_MULTIPROC_METHOD=fork`
 # compares the engine core spawned, vLLM's CLI default, with forked, twice, alternating).
 profile() {
-  local whl dir=/tmp/autotune-py-spy variant i=0 n name
+  local whl dir=/tmp/autotune-py-spy variant i=0 n name rc=0
   local pyspy=${PYSPY:-$dir/bin/py-spy}  # PYSPY: a py-spy already installed (the tests')
   if busy; then say "not profiled: another job runs (one GPU)"; return 0; fi
   if [ ! -x "$pyspy" ]; then
@@ -277,19 +279,27 @@ profile() {
     "$PY" -m pip install -q --no-index --no-deps --target "$dir" "$whl" || return 1
   fi
   n=$(wc -w <<<"$PROFILE_ENVS")
+  # The files of every start go to $OUT/startup-profile/ (what a call cut off at its limit
+  # still returns), then into one archive: the device call returns 8 files at most.
+  local files=$OUT/startup-profile
+  mkdir -p "$files"
   for variant in $PROFILE_ENVS; do
     i=$((i + 1))
     name=startup-profile
     [ "$n" -gt 1 ] && name=startup-profile-$i-${variant//[^A-Za-z0-9_.-]/_}
-    profile_one "$pyspy" "$variant" "$name" || return 1
+    PROFILE_OUT=$files profile_one "$pyspy" "$variant" "$name" || { rc=1; break; }
   done
+  tar -czf "$OUT/startup-profile.tar.gz" -C "$files" . && rm -rf "$files" &&
+    say "startup profiles: $OUT/startup-profile.tar.gz"
+  return $rc
 }
 
 profile_one() {
   local pyspy=$1 variant=$2 name=$3 port=${PROFILE_PORT:-18300} spy server t0=$SECONDS ready=""
+  local out=${PROFILE_OUT:-$OUT}
   local -a extra=()
   [ "$variant" != default ] && IFS=, read -r -a extra <<<"$variant"
-  rm -f "$OUT/$name.raw" "$OUT/$name.raw.gz"
+  rm -f "$out/$name.raw" "$out/$name.raw.gz"
   local -a group=()
   # a process group of its own (setsid execs in place: py-spy's pid is the group's), so that
   # whatever of this start outlives it goes with it below
@@ -299,9 +309,9 @@ profile_one() {
   "${group[@]}" env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     "${extra[@]}" \
     "$pyspy" record --subprocesses --idle --threads --rate "$PROFILE_RATE" \
-      --format raw -o "$OUT/$name.raw" -- \
+      --format raw -o "$out/$name.raw" -- \
       "$PY" -m vllm.entrypoints.openai.api_server --model "$PROFILE_MODEL" \
-        --host 127.0.0.1 --port $port $PROFILE_ARGS >"$OUT/$name.log" 2>&1 &
+        --host 127.0.0.1 --port $port $PROFILE_ARGS >"$out/$name.log" 2>&1 &
   set +f
   spy=$!
   while kill -0 $spy 2>/dev/null && [ $((SECONDS - t0)) -lt 400 ]; do
@@ -311,7 +321,7 @@ profile_one() {
   # py-spy's child, the API server, from the kernel (procps' pgrep may not be on the image)
   server=$(cat /proc/$spy/task/*/children 2>/dev/null | awk '{print $1; exit}')
   # when it and each process under it started (py-spy's stacks carry no time)
-  [ -n "$server" ] && "$PY" scripts/h200/startup_profile.py --procs-of "$server" >"$OUT/$name.procs"
+  [ -n "$server" ] && "$PY" scripts/h200/startup_profile.py --procs-of "$server" >"$out/$name.procs"
   [ -n "$server" ] && kill -TERM "$server"
   wait $spy
   # Left over: a py-spy that failed to attach exits and leaves its child, a server on the GPU
@@ -328,12 +338,12 @@ profile_one() {
   local outcome="never listened"
   [ -n "$ready" ] && outcome="$ready s to listen"
   say "profiled start [$variant]: $outcome ($((SECONDS - t0)) s with the stop)"
-  [ -s "$OUT/$name.raw" ] || { tail -5 "$OUT/$name.log"; return 1; }
+  [ -s "$out/$name.raw" ] || { tail -5 "$out/$name.log"; return 1; }
   local -a procs=()
-  [ -s "$OUT/$name.procs" ] && procs=(--procs "$OUT/$name.procs")
-  "$PY" scripts/h200/startup_profile.py "$OUT/$name.raw" --rate "$PROFILE_RATE" "${procs[@]}" \
-    >"$OUT/$name.md" && sed -n '1,/^## pid/p' "$OUT/$name.md" | head -20
-  gzip -f "$OUT/$name.raw"
+  [ -s "$out/$name.procs" ] && procs=(--procs "$out/$name.procs")
+  "$PY" scripts/h200/startup_profile.py "$out/$name.raw" --rate "$PROFILE_RATE" "${procs[@]}" \
+    >"$out/$name.md" && sed -n '1,/^## pid/p' "$out/$name.md" | head -20
+  gzip -f "$out/$name.raw"
 }
 
 # One GPU: one background job at a time, whatever study it is for.
