@@ -19,6 +19,7 @@ import sys
 import zipfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -61,25 +62,27 @@ def make_wheel(folder: Path, dist: str, version: str, files: dict[str, bytes]) -
     return path
 
 
-@pytest.fixture()
-def packed(tmp_path: Path) -> tuple[dict, Path]:
-    """A kit of two wheels (~2.6 MiB, incompressible, stored) split into 1 MiB parts."""
-    wheels_dir = tmp_path / "wheels"
-    wheels_dir.mkdir()
+def _wheels(folder: Path) -> list[Path]:
+    """Two wheels: ~2.9 MiB incompressible, and 1 MiB that repeats 64 KiB (as a CUDA
+    library repeats its kernels for each architecture): deflate's 32 KiB window sees no
+    repeat in it, xz's dictionary does."""
+    folder.mkdir(exist_ok=True)
     big = os.urandom(2 << 20)
+    text = os.urandom(64 << 10) * 16
     engine = make_wheel(
-        wheels_dir,
+        folder,
         "kitengine",
         "1.0",
         {
             "kitengine/__init__.py": b"VALUE = 42\n",
             "kitengine/payload.bin": big,
+            "kitengine/configs.txt": text,
             "kitengine/unused/fa2.so": os.urandom(300_000),
             "kitengine/unused/readme.txt": b"not needed on this node\n",
         },
     )
     helper = make_wheel(
-        wheels_dir,
+        folder,
         "kithelper",
         "2.0",
         {
@@ -87,7 +90,17 @@ def packed(tmp_path: Path) -> tuple[dict, Path]:
             "kithelper/blob.bin": os.urandom(600_000),
         },
     )
-    spec = kit.Spec(
+    for wheel in (engine, helper):  # deflated, as a registry serves them
+        deflated = wheel.with_suffix(".tmp")
+        with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(deflated, "w") as dst:
+            for info in src.infolist():
+                dst.writestr(info, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
+        deflated.replace(wheel)
+    return [engine, helper]
+
+
+def _spec(compression: str = "xz") -> Any:
+    return kit.Spec(
         name="demo",
         python="3.12",
         part_mib=1,
@@ -95,16 +108,31 @@ def packed(tmp_path: Path) -> tuple[dict, Path]:
         wheels=("kitengine==1.0", "kithelper==2.0"),
         strip={"kitengine": ("kitengine/unused",)},
         check=("kitengine", "kithelper"),
+        compression=compression,
     )
+
+
+@pytest.fixture(params=["xz", "none"])
+def packed(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict, Path]:
+    """The two wheels' kit, split into 1 MiB parts: xz over stored members (the default), or
+    the wheels deflated as they came (``none``; kits built before xz read the same)."""
     out = tmp_path / "kit" / "demo"
-    described = kit.pack(spec, [engine, helper], out, tmp_path / "staging")
+    described = kit.pack(
+        _spec(request.param), _wheels(tmp_path / "wheels"), out, tmp_path / "staging"
+    )
+    if request.param == "none":  # kit.json as kit.py wrote it before compression existed
+        del described["payload"]["compression"], described["payload"]["unpacked_bytes"]
+        (out / "kit.json").write_text(json.dumps(described, indent=1) + "\n")
     return described, out
 
 
 def test_pack_strips_and_splits(packed: tuple[dict, Path]) -> None:
     described, out = packed
-    assert [p["file"] for p in described["parts"]] == ["part-01", "part-02", "part-03"]
+    count = -(-described["payload"]["bytes"] // (1 << 20))
+    assert count >= 3
+    assert [p["file"] for p in described["parts"]] == [f"part-0{i}" for i in range(1, count + 1)]
     assert all(p["bytes"] <= 1 << 20 for p in described["parts"])
+    assert described["wheels"] and all(len(w["sha256"]) == 64 for w in described["wheels"])
     assert json.loads((out / "kit.json").read_text()) == described
     joined = b"".join((out / p["file"]).read_bytes() for p in described["parts"])
     assert hashlib.sha256(joined).hexdigest() == described["payload"]["sha256"]
@@ -115,6 +143,27 @@ def test_pack_strips_and_splits(packed: tuple[dict, Path]) -> None:
     assert "kitengine/payload.bin" in names
     assert not any("unused" in n for n in names)
     assert "unused" not in record and "kitengine/payload.bin" in record
+
+
+def test_xz_over_stored_members_is_smaller_than_the_deflated_wheels_and_reproducible(
+    tmp_path: Path,
+) -> None:
+    wheels = _wheels(tmp_path / "wheels")
+    sizes, parts = {}, []
+    for i, compression in enumerate(("none", "xz", "xz")):
+        out = tmp_path / f"{compression}-{i}" / "demo"
+        described = kit.pack(_spec(compression), wheels, out, tmp_path / f"staging-{compression}")
+        sizes[compression] = described["payload"]["bytes"]
+        parts.append(described["parts"])
+    # the same wheels, the same bytes: a node keeps the parts it has across rebuilds
+    assert parts[1] == parts[2]
+    assert described["payload"]["compression"] == "xz"
+    assert described["payload"]["unpacked_bytes"] > sizes["xz"]
+    # the repeating member: 1 MiB deflated in the wheel, ~64 KiB in the xz of the whole
+    assert sizes["xz"] < sizes["none"] - 800_000, sizes
+    staged = next((tmp_path / "staging-xz" / "demo").glob("kitengine-*.whl"))
+    with zipfile.ZipFile(staged) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
 
 
 def test_a_strip_pattern_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
@@ -141,17 +190,18 @@ def test_parts_arrive_over_several_calls_then_install(
     def install() -> int:
         return kit.install("demo", carried, store, target, sys.executable)
 
-    _send(out, carried, "part-02")
+    parts = [p["file"] for p in described["parts"]]
+    _send(out, carried, parts[1])
     assert install() == kit.MISSING
-    _send(out, carried, "part-01")
-    assert install() == kit.MISSING  # part-02 was kept from the first call
+    _send(out, carried, parts[0])
+    assert install() == kit.MISSING  # the second part was kept from the first call
     # A damaged part is refused, and the missing list still names it.
-    _send(out, carried, "part-03")
-    damaged = bytearray((carried / "part-03").read_bytes())
+    _send(out, carried, *parts[2:])
+    damaged = bytearray((carried / parts[2]).read_bytes())
     damaged[100] ^= 0xFF
-    (carried / "part-03").write_bytes(bytes(damaged))
+    (carried / parts[2]).write_bytes(bytes(damaged))
     assert install() == kit.MISSING
-    _send(out, carried, "part-03")
+    _send(out, carried, parts[2])
     assert install() == 0
     assert (target / ".kit-demo").read_text().strip() == described["payload"]["sha256"]
     assert (target / "kitengine" / "payload.bin").stat().st_size == 2 << 20
@@ -169,7 +219,8 @@ def test_parts_arrive_over_several_calls_then_install(
 
 
 def test_cli_says_what_is_missing_and_exits_3(packed: tuple[dict, Path], tmp_path: Path) -> None:
-    _, out = packed
+    described, out = packed
+    parts = [p["file"] for p in described["parts"]]
     carried = tmp_path / "carried"
     _send(out, carried, "part-01")
     env = {**os.environ, "AUTOTUNE_KIT_STORE": str(tmp_path / "store")}
@@ -189,7 +240,8 @@ def test_cli_says_what_is_missing_and_exits_3(packed: tuple[dict, Path], tmp_pat
         text=True,
     )
     assert done.returncode == kit.MISSING, done.stderr
-    assert "1 of 3 parts stored" in done.stdout and "still missing: part-02, part-03" in done.stdout
+    assert f"1 of {len(parts)} parts stored" in done.stdout
+    assert f"still missing: {', '.join(parts[1:])}" in done.stdout
 
 
 def test_bad_kit_files_name_the_file_and_field(tmp_path: Path) -> None:
@@ -205,6 +257,14 @@ def test_bad_kit_files_name_the_file_and_field(tmp_path: Path) -> None:
         kit.Spec.load("extra", tmp_path)
     with pytest.raises(kit.KitError, match=r"no kit 'nothing'.*kits: broken, extra"):
         kit.Spec.load("nothing", tmp_path)
+    (tmp_path / "zstd.toml").write_text(
+        'name = "zstd"\npython = "3.12"\npart_mib = 50\nplatforms = []\nwheels = []\n'
+        'compression = "zstd"\n'
+    )
+    with pytest.raises(
+        kit.KitError, match=r"zstd.toml: compression must be one of \['xz', 'none'\], not 'zstd'"
+    ):
+        kit.Spec.load("zstd", tmp_path)
 
 
 def test_the_shipped_kit_is_valid() -> None:
@@ -213,3 +273,17 @@ def test_the_shipped_kit_is_valid() -> None:
     assert 1 <= spec.part_mib <= 55  # a part plus the working tree stays under 64 MiB a call
     names = [kit._requirement_name(w) for w in spec.wheels]
     assert len(names) == len(set(names)), "one version of each package"
+
+
+def test_a_wheel_unlike_kit_json_is_refused_after_the_join(
+    packed: tuple[dict, Path], tmp_path: Path
+) -> None:
+    """The parts and the whole match, a wheel does not (a kit.json edited by hand or written
+    by another build): nothing is installed."""
+    described, out = packed
+    described["wheels"][0]["sha256"] = "0" * 64
+    (out / "kit.json").write_text(json.dumps(described))
+    target = tmp_path / "site"
+    with pytest.raises(kit.KitError, match=r"kitengine-1.0-py3-none-any.whl: unpacked, its sha256"):
+        kit.install("demo", out, tmp_path / "store", target, sys.executable)
+    assert not (target / "kitengine").exists()

@@ -5,8 +5,9 @@
 # vLLM 0.26.0 (issue 28). Here, once: python3 scripts/h200/kit.py build vllm-0.26.0
 # Then one device call per part, back to back (the machine stays warm 30 s between calls):
 #   carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-01"]:  scripts/h200/run.sh kit
-#   ... part-02, part-03 ...
-#   carry [... "part-04"]:  scripts/h200/run.sh kit models failures start watch 420
+#   ... part-02 ...
+#   carry [... "part-03"]:  scripts/h200/run.sh kit models failures start watch 420
+# (three parts since the kit is xz'd, 127 MiB: `kit.py plan vllm-0.26.0` lists the calls)
 #   (next calls, no carry)  scripts/h200/run.sh watch 540
 # and STUDY=vllm-h200-moe scripts/h200/run.sh start watch 540 for the MoE study.
 #
@@ -62,7 +63,7 @@
 #
 # Issue 28 part 5, the side-by-side on the H200, over as many device sessions as it takes (one
 # GPU: one background job at a time; every verb that starts one refuses while another runs).
-# A session begins with the kit (4 calls) and the 7B model; the arms resume from what the last
+# A session begins with the kit (3 calls) and the 7B model; the arms resume from what the last
 # session's `collect` returned, copied here under benchmarks/h200/ (tracked or not, files there
 # travel with the working tree: no carry needed beyond the kit's part):
 #   $OUT/vllm-h200-dense-random.db -> benchmarks/h200/vllm-h200-dense-random.db  (FROM_DB=)
@@ -71,7 +72,7 @@
 #       by sweep/agreement when $SIDE_DIR is missing: SIDE_FROM, that path by default)
 # and `.venv/bin/python benchmarks/h200_side_by_side.py` prints BENCHMARKS.md's table from them.
 #   random search to 20 restarts (the TPE study's: 18 launched trials + 2 re-measurements):
-#     carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-04"]:
+#     carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-03"]:
 #     STUDY=vllm-h200-dense-random FROM_DB=benchmarks/h200/vllm-h200-dense-random.db \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models budget watch 420
 #     STUDY=vllm-h200-dense-random scripts/h200/run.sh watch 540        (next calls)
