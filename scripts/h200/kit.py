@@ -9,7 +9,7 @@ Here (network):
         deletes the members the kit strips (vLLM's FlashAttention 2 library, ...; RECORD is
         rewritten to match), packs every wheel into one tar, compresses it (``compression``:
         xz by default, the wheels' members stored uncompressed so that xz sees them: vLLM's
-        0.26.0 kit goes from 184.5 to 127.2 MiB, three device calls instead of four), splits
+        0.26.0 kit goes from 184.5 to 125.7 MiB, three device calls instead of four), splits
         it into parts of ``part_mib`` and writes .kit/vllm-0.26.0/kit.json (the sha256 of
         every part, of the whole and of every wheel). Run again, it rebuilds the same bytes
         from the same wheels (downloads are cached).
@@ -64,8 +64,8 @@ CHUNK = 1 << 20
 COMPRESSIONS = ("xz", "none")
 """How the payload (the tar of wheels) is compressed: ``xz`` (the default) over wheels whose
 members are stored, or ``none`` (the wheels as downloaded, deflated). Measured on the vLLM
-0.26.0 kit: deflate leaves FlashAttention 3's 146 MB library at 36.6 MB, xz at about 12;
-the whole goes from 184.5 to 127.2 MiB."""
+0.26.0 kit: deflate leaves FlashAttention 3's 146 MiB library at 36.6 MiB, xz at about 12;
+the whole goes from 184.5 to 125.7 MiB."""
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
 """One preset, one thread: the same wheels give the same bytes (a node keeps its parts across
 rebuilds), whatever the machine that builds."""
