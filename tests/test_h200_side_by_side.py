@@ -374,7 +374,8 @@ def test_the_h100_check_study_holds_the_figures_benchmarks_quotes() -> None:
 
 def test_the_reader_on_the_h100_moe_study_so_far() -> None:
     """The MoE side-by-side runs on an H100 (studies/vllm-h100-moe*.yaml): its results are
-    read from benchmarks/h100/ and the table names the card; the TPE arm's first snapshot."""
+    read from benchmarks/h100/ and the table names the card; the TPE arm's second snapshot
+    (one re-measurement short of its 16 restarts)."""
     reader = _reader()
     assert reader.card_of("vllm-h100-moe") == ("H100", ROOT / "benchmarks" / "h100")
     assert reader.card_of("vllm-h200-moe") == ("H200", ROOT / "benchmarks" / "h200")
@@ -382,17 +383,17 @@ def test_the_reader_on_the_h100_moe_study_so_far() -> None:
     assert lines[0].endswith("side by side on one H100 (budget 16 restarts per tuning arm)")
     assert "the tuning studies' baselines (n=1)" in lines[2] and "7,052.1 tok/s" in lines[2]
     tpe = _row(lines, "autotune, TPE")
-    assert tpe[1] == "9 (9 trials + 0 re-measured); in progress: 9 of 16, 1 running at the snapshot"
-    assert tpe[2] == "#17: enable_prefix_caching=off"
-    assert tpe[3] == "7,855.2 (n=1: 7,855.2)"
-    assert tpe[4] == "0.057" and tpe[5] == "+11.4%"
+    assert tpe[1] == "15 (14 trials + 1 re-measured); in progress: 15 of 16"
+    assert tpe[2] == "#23: enable_prefix_caching=off, quantization=fp8"
+    assert tpe[3] == "9,040.8 (n=2: 9,028.7, 9,052.9)"
+    assert tpe[4] == "0.041 (n=2)" and tpe[5] == "+28.2%"
     assert _row(lines, "random search")[3] == "not run yet"
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
     )
     measured = [t for t in study.trials if "telemetry" in t.user_attrs]
-    assert len(measured) >= 9
+    assert len(measured) >= 13
     assert {t.user_attrs["telemetry"]["gpus"][0]["name"] for t in measured} == {
         "NVIDIA H100 80GB HBM3"
     }

@@ -116,10 +116,11 @@
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
 # .kit/py-spy`; then, after the kit and the models, carry [..., ".kit/py-spy"] and
 #     PROFILE_MODEL=/tmp/autotune-moe scripts/h200/run.sh ... models profile ...
-# and whether a forked engine core saves its second import of vLLM (the CLI spawns it; four
-# eager starts, about 4 minutes; BENCHMARKS.md "A real vLLM's start, profiled"):
-#     PROFILE_ARGS=--enforce-eager PROFILE_ENVS="default VLLM_WORKER_MULTIPROC_METHOD=fork \
-#       default VLLM_WORKER_MULTIPROC_METHOD=fork" scripts/h200/run.sh ... models profile ...
+# and what a forked engine core saves (its second import of vLLM: 17.4 s on the H100; the CLI
+# spawns it, this script forks it since, so `default` is fork here; four eager starts, about
+# 4 minutes; BENCHMARKS.md "A real vLLM's start, profiled"):
+#     PROFILE_ARGS=--enforce-eager PROFILE_ENVS="VLLM_WORKER_MULTIPROC_METHOD=spawn default \
+#       VLLM_WORKER_MULTIPROC_METHOD=spawn default" scripts/h200/run.sh ... models profile ...
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,
@@ -175,6 +176,12 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 # a hash of the configuration, so a restart with a configuration seen before loads instead of
 # compiling (start-up 47-134 s cold, DOMAIN.md §8b).
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/var/tmp/autotune-vllm-cache}
+# The engine core forked from the API server, not spawned (vLLM's CLI sets spawn when this is
+# unset: cli_env_setup in vllm/entrypoints/serve/utils/api_utils.py), so it does not import
+# vLLM a second time: 17.4 s of every start on the H100 (BENCHMARKS.md "A real vLLM's start,
+# profiled"). How this loop starts servers, not a lever: launchers and exported units keep
+# vLLM's default. VLLM_WORKER_MULTIPROC_METHOD=spawn in the caller's environment keeps spawn.
+export VLLM_WORKER_MULTIPROC_METHOD=${VLLM_WORKER_MULTIPROC_METHOD:-fork}
 mkdir -p "$LOGS" "$OUT"
 
 say() { printf '[%s] %s\n' "$(date -u +%T)" "$*"; }
@@ -266,8 +273,9 @@ failures() {
 # threads and idle time included, from its launch until the server listens; then the server is
 # stopped (py-spy writes its file when its child exits). $PROFILE_ENVS: one start per word, each
 # `default` (the environment as it is) or VAR=VALUE[,VAR=VALUE] set for that start only, in
-# that order (`default VLLM_WORKER_MULTIPROC_METHOD=fork default VLLM_WORKER_MULTIPROC_METHOD=fork`
-# compares the engine core spawned, vLLM's CLI default, with forked, twice, alternating).
+# that order (`VLLM_WORKER_MULTIPROC_METHOD=spawn default VLLM_WORKER_MULTIPROC_METHOD=spawn
+# default` compares the engine core spawned, vLLM's CLI default, with forked, this script's,
+# twice, alternating).
 profile() {
   local whl dir=/tmp/autotune-py-spy variant i=0 n name rc=0
   local pyspy=${PYSPY:-$dir/bin/py-spy}  # PYSPY: a py-spy already installed (the tests')
