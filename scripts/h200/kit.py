@@ -23,10 +23,10 @@ There (the GPU node; only the standard library is used, so it runs before anythi
         (/var/tmp/autotune-kit: outside the working tree, so it outlives the command), says
         which parts are still missing (exit 3), and once all are there joins them, checks the
         whole's sha256, unpacks it (checking every wheel's sha256), installs the wheels with
-        ``pip --no-index --no-deps --target`` and
-        imports the kit's ``check`` modules. Run it after every part: parts already stored are
-        kept, an install already done (the stamp in the target names the kit's sha256) returns
-        at once. A part that arrives damaged is refused and must be sent again.
+        ``pip --no-index --no-deps --target`` and imports the kit's ``check`` modules. Run it
+        after every part: parts already stored are kept, an install already done (the stamp
+        in the target names the kit's sha256) returns at once. A part that arrives damaged is
+        refused and must be sent again.
 
 A user with an offline GPU node does the same with any carrier: copy .kit/NAME/ there (scp
 through a bastion, a disk), then ``kit.py install NAME --from THAT_DIR --target DIR`` and put
@@ -264,8 +264,8 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
             removed, removed_bytes = strip_wheel(wheel, patterns, target, stored=stored)
             say(
                 f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} -> "
-                f"{target.stat().st_size / 1e6:.1f} MB ({removed} members, "
-                f"{removed_bytes / 1e6:.1f} MB unpacked, removed)"
+                f"{target.stat().st_size / 1e6:.1f} MB{' stored' if stored else ''} "
+                f"({removed} members, {removed_bytes / 1e6:.1f} MB unpacked, removed)"
             )
         elif stored:
             strip_wheel(wheel, (), target, stored=True)
