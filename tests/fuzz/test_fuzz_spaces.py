@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import optuna
+import pytest
 from fuzz_support import REPO, Case, Corpus, assert_clear, properties, write
 
 from autotune.deployment import Deployment, load_deployment
@@ -90,3 +91,21 @@ def test_bases_are_the_bundled_spaces() -> None:
     with tempfile.TemporaryDirectory() as name:
         for path in CORPUS.files:
             _exercise(load_space(path), Path(name))
+
+
+def test_a_baseline_key_named_like_a_closed_field_is_a_parameter_name(tmp_path: Path) -> None:
+    """Found by this fuzzer in a clean-clone run (2026-12-06): a fuzzed space whose baseline
+    names a parameter `target`. The product's error lists the space's parameters, as it
+    should; the checker had taken the key for a parameter's `target:` field and wanted its
+    kinds. Written out, so the case holds whatever line numbers the corpus has."""
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: s\nservices: [decode]\nparameters:\n  x: {type: bool, target: {env: AUTOTUNE_X}}\n"
+        "baseline:\n  target: true\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_space(space)
+    err = caught.value
+    assert err.field == "baseline.target" and err.message.startswith("unknown parameter 'target'")
+    assert err.allowed == ["x"]
+    assert_clear(err, space, closed=CLOSED)
