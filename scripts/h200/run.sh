@@ -7,7 +7,7 @@
 #   carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-01"]:  scripts/h200/run.sh kit
 #   ... part-02 ...
 #   carry [... "part-03"]:  scripts/h200/run.sh kit models failures start watch 420
-# (three parts since the kit is xz'd, 127 MiB: `kit.py plan vllm-0.26.0` lists the calls)
+# (three parts since the kit is xz'd, 125.7 MiB: `kit.py plan vllm-0.26.0` lists the calls)
 #   (next calls, no carry)  scripts/h200/run.sh watch 540
 # and STUDY=vllm-h200-moe scripts/h200/run.sh start watch 540 for the MoE study.
 #
@@ -296,7 +296,7 @@ profile() {
     i=$((i + 1))
     name=startup-profile
     [ "$n" -gt 1 ] && name=startup-profile-$i-${variant//[^A-Za-z0-9_.-]/_}
-    PROFILE_OUT=$files profile_one "$pyspy" "$variant" "$name" || { rc=1; break; }
+    profile_one "$pyspy" "$variant" "$name" "$files" || { rc=1; break; }
   done
   tar -czf "$OUT/startup-profile.tar.gz" -C "$files" . && rm -rf "$files" &&
     say "startup profiles: $OUT/startup-profile.tar.gz"
@@ -305,7 +305,7 @@ profile() {
 
 profile_one() {
   local pyspy=$1 variant=$2 name=$3 port=${PROFILE_PORT:-18300} spy server t0=$SECONDS ready=""
-  local out=${PROFILE_OUT:-$OUT}
+  local out=$4  # where this start's files go
   local -a extra=()
   [ "$variant" != default ] && IFS=, read -r -a extra <<<"$variant"
   rm -f "$out/$name.raw" "$out/$name.raw.gz"
