@@ -43,7 +43,13 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}\n"
 
 
-def make_wheel(folder: Path, dist: str, version: str, files: dict[str, bytes]) -> Path:
+def make_wheel(
+    folder: Path,
+    dist: str,
+    version: str,
+    files: dict[str, bytes],
+    compress_type: int = zipfile.ZIP_STORED,
+) -> Path:
     """A minimal, valid py3-none-any wheel holding ``files``."""
     info = f"{dist}-{version}.dist-info"
     members = dict(files)
@@ -58,7 +64,7 @@ def make_wheel(folder: Path, dist: str, version: str, files: dict[str, bytes]) -
     path = folder / f"{dist}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in members.items():
-            zf.writestr(name, data, compress_type=zipfile.ZIP_STORED)
+            zf.writestr(name, data, compress_type=compress_type)
     return path
 
 
@@ -80,6 +86,7 @@ def _wheels(folder: Path) -> list[Path]:
             "kitengine/unused/fa2.so": os.urandom(300_000),
             "kitengine/unused/readme.txt": b"not needed on this node\n",
         },
+        zipfile.ZIP_DEFLATED,  # as a registry serves them
     )
     helper = make_wheel(
         folder,
@@ -89,13 +96,8 @@ def _wheels(folder: Path) -> list[Path]:
             "kithelper/__init__.py": b"from kitengine import VALUE\nDOUBLE = 2 * VALUE\n",
             "kithelper/blob.bin": os.urandom(600_000),
         },
+        zipfile.ZIP_DEFLATED,
     )
-    for wheel in (engine, helper):  # deflated, as a registry serves them
-        deflated = wheel.with_suffix(".tmp")
-        with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(deflated, "w") as dst:
-            for info in src.infolist():
-                dst.writestr(info, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
-        deflated.replace(wheel)
     return [engine, helper]
 
 

@@ -279,22 +279,20 @@ def pack(spec: Spec, wheels: list[Path], out_dir: Path, staging: Path) -> dict:
         raise KitError(f"kits/{spec.name}.toml: [strip] names wheels not in the kit: {unknown}")
     # One tar, members in a fixed order with fixed metadata, compressed with one preset: the
     # same wheels give the same bytes, so a rebuild keeps the parts a node already has.
-    payload = staging / f"{spec.name}.tar"
-    with tarfile.open(payload, "w", format=tarfile.PAX_FORMAT) as tar:
-        for record in records:
-            info = tar.gettarinfo(str(staged / record["file"]), arcname=record["file"])
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            info.mode = 0o644
-            with open(staged / record["file"], "rb") as handle:
-                tar.addfile(info, handle)
-    unpacked = payload.stat().st_size
-    if spec.compression == "xz":
-        t0 = time.monotonic()
-        packed_path = payload.with_suffix(".tar.xz")
-        with open(payload, "rb") as src, lzma.open(packed_path, "wb", preset=XZ_PRESET) as dst:
-            shutil.copyfileobj(src, dst, CHUNK)
-        payload.unlink()
-        payload = packed_path
+    xz = spec.compression == "xz"
+    payload = staging / f"{spec.name}.tar{'.xz' if xz else ''}"
+    t0 = time.monotonic()
+    # The tar written straight through the compressor: the payload is read and written once.
+    with lzma.open(payload, "wb", preset=XZ_PRESET) if xz else open(payload, "wb") as raw:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for record in records:
+                info = tar.gettarinfo(str(staged / record["file"]), arcname=record["file"])
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                info.mode = 0o644
+                with open(staged / record["file"], "rb") as handle:
+                    tar.addfile(info, handle)
+        unpacked = raw.tell()  # the tar's length (an xz stream counts what went in)
+    if xz:
         say(
             f"xz: {unpacked / 2**20:.1f} -> {payload.stat().st_size / 2**20:.1f} MiB "
             f"in {time.monotonic() - t0:.0f} s"
