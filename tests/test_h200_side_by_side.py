@@ -374,20 +374,23 @@ def test_the_h100_check_study_holds_the_figures_benchmarks_quotes() -> None:
 
 def test_the_reader_on_the_h100_moe_study_so_far() -> None:
     """The MoE side-by-side runs on an H100 (studies/vllm-h100-moe*.yaml): its results are
-    read from benchmarks/h100/ and the table names the card; the TPE arm's second snapshot
-    (one re-measurement short of its 16 restarts)."""
+    read from benchmarks/h100/ and the table names the card; the TPE arm done (16 restarts)
+    and random search's first snapshot (12 of 16), whose baseline joins TPE's (n=2)."""
     reader = _reader()
     assert reader.card_of("vllm-h100-moe") == ("H100", ROOT / "benchmarks" / "h100")
     assert reader.card_of("vllm-h200-moe") == ("H200", ROOT / "benchmarks" / "h200")
     lines = reader.report("vllm-h100-moe", 16)
     assert lines[0].endswith("side by side on one H100 (budget 16 restarts per tuning arm)")
-    assert "the tuning studies' baselines (n=1)" in lines[2] and "7,052.1 tok/s" in lines[2]
+    assert "the tuning studies' baselines (n=2)" in lines[2] and "6,939.6 tok/s" in lines[2]
     tpe = _row(lines, "autotune, TPE")
-    assert tpe[1] == "15 (14 trials + 1 re-measured); in progress: 15 of 16"
+    assert tpe[1] == "16 (14 trials + 2 re-measured)"
     assert tpe[2] == "#23: enable_prefix_caching=off, quantization=fp8"
     assert tpe[3] == "9,040.8 (n=2: 9,028.7, 9,052.9)"
-    assert tpe[4] == "0.041 (n=2)" and tpe[5] == "+28.2%"
-    assert _row(lines, "random search")[3] == "not run yet"
+    assert tpe[4] == "0.041 (n=2)" and tpe[5].startswith("+30.3% (95% CI +9.6 to +51.0%)")
+    random = _row(lines, "random search")
+    assert random[1].startswith("12 (12 trials + 0 re-measured); in progress: 12 of 16")
+    assert random[2] == "#0: vLLM's defaults" and random[3] == "6,827.1 (n=1: 6,827.1)"
+    assert random[5] == "-1.6%"
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",

@@ -108,19 +108,21 @@
 #     comes; the vllm-h100-moe studies keep their results in benchmarks/h100/ and refuse any
 #     other card): STUDY=vllm-h100-moe budget (TPE), STUDY=vllm-h100-moe-random budget,
 #     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
-#     check and the agreement. The TPE arm goes on from its snapshot:
-#     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db RESTARTS=16 \
-#       MODELS=h200-moe:/tmp/autotune-moe scripts/h200/run.sh kit models budget watch 600
+#     check and the agreement. An arm goes on from its snapshot (TPE's 16 are done; random
+#     search's first 12 restarts ran with the engine core forked, so its last 4 do too):
+#     VLLM_WORKER_MULTIPROC_METHOD=fork STUDY=vllm-h100-moe-random RESTARTS=16 \
+#       FROM_DB=benchmarks/h100/vllm-h100-moe-random.db MODELS=h200-moe:/tmp/autotune-moe \
+#       scripts/h200/run.sh kit models budget watch 600
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
 # .kit/py-spy`; then, after the kit and the models, carry [..., ".kit/py-spy"] and
 #     PROFILE_MODEL=/tmp/autotune-moe scripts/h200/run.sh ... models profile ...
-# and what a forked engine core saves (its second import of vLLM: 17.4 s on the H100; the CLI
-# spawns it, this script forks it since, so `default` is fork here; four eager starts, about
-# 4 minutes; BENCHMARKS.md "A real vLLM's start, profiled"):
-#     PROFILE_ARGS=--enforce-eager PROFILE_ENVS="VLLM_WORKER_MULTIPROC_METHOD=spawn default \
-#       VLLM_WORKER_MULTIPROC_METHOD=spawn default" scripts/h200/run.sh ... models profile ...
+# and what a forked engine core saves (its second import of vLLM: 17.4 s on the H100; the CLI,
+# and this script, spawn it, so `default` is spawn; four eager starts, about 4 minutes;
+# BENCHMARKS.md "A real vLLM's start, profiled"):
+#     PROFILE_ARGS=--enforce-eager PROFILE_ENVS="default VLLM_WORKER_MULTIPROC_METHOD=fork \
+#       default VLLM_WORKER_MULTIPROC_METHOD=fork" scripts/h200/run.sh ... models profile ...
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,
@@ -176,12 +178,14 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 # a hash of the configuration, so a restart with a configuration seen before loads instead of
 # compiling (start-up 47-134 s cold, DOMAIN.md §8b).
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/var/tmp/autotune-vllm-cache}
-# The engine core forked from the API server, not spawned (vLLM's CLI sets spawn when this is
-# unset: cli_env_setup in vllm/entrypoints/serve/utils/api_utils.py), so it does not import
-# vLLM a second time: 17.4 s of every start on the H100 (BENCHMARKS.md "A real vLLM's start,
-# profiled"). How this loop starts servers, not a lever: launchers and exported units keep
-# vLLM's default. VLLM_WORKER_MULTIPROC_METHOD=spawn in the caller's environment keeps spawn.
-export VLLM_WORKER_MULTIPROC_METHOD=${VLLM_WORKER_MULTIPROC_METHOD:-fork}
+# vLLM's engine core is spawned, as vLLM's CLI does when VLLM_WORKER_MULTIPROC_METHOD is unset
+# (cli_env_setup in vllm/entrypoints/serve/utils/api_utils.py). Forked, it skips a second import
+# of vLLM, 17.4 s of every start on the H100 (BENCHMARKS.md "A real vLLM's start, profiled"),
+# but the first two forked runs under load came out below their spawned twins (#17 of the MoE
+# study 6,581.6 against 7,855.2 tok/s, the defaults 6,827.1 against 7,052.1), and every arm of
+# a side-by-side must start its servers as vLLM's defaults are measured: so spawn, unless the
+# caller sets VLLM_WORKER_MULTIPROC_METHOD=fork (the MoE random arm's last restarts do, as its
+# first 12 ran so).
 mkdir -p "$LOGS" "$OUT"
 
 say() { printf '[%s] %s\n' "$(date -u +%T)" "$*"; }
@@ -273,9 +277,9 @@ failures() {
 # threads and idle time included, from its launch until the server listens; then the server is
 # stopped (py-spy writes its file when its child exits). $PROFILE_ENVS: one start per word, each
 # `default` (the environment as it is) or VAR=VALUE[,VAR=VALUE] set for that start only, in
-# that order (`VLLM_WORKER_MULTIPROC_METHOD=spawn default VLLM_WORKER_MULTIPROC_METHOD=spawn
-# default` compares the engine core spawned, vLLM's CLI default, with forked, this script's,
-# twice, alternating).
+# that order (`default VLLM_WORKER_MULTIPROC_METHOD=fork default VLLM_WORKER_MULTIPROC_METHOD=fork`
+# compares the engine core spawned, vLLM's CLI default and this script's, with forked, twice,
+# alternating).
 profile() {
   local whl dir=/tmp/autotune-py-spy variant i=0 n name rc=0
   local pyspy=${PYSPY:-$dir/bin/py-spy}  # PYSPY: a py-spy already installed (the tests')
