@@ -1,8 +1,8 @@
 """The default sampler's local moves: the changes of the best trial worth trying, in order
 (``_lever_moves``: two-way switches, other choices, numeric steps of 1/8 and 1/4 of a range,
-pairs of categorical levers ranked by :mod:`autotune.study.screening`, flat levers last),
-what single-lever moves changed (``_lever_effects``) and random redraws of one lever
-(``_redraw``).
+pairs of categorical levers ranked by :mod:`autotune.study.screening`, flat levers, then
+changes already seen to cost much), what single-lever moves changed (``_lever_effects``,
+``_harmful_changes``) and random redraws of one lever (``_redraw``).
 
 Split out of ``autotune/study/samplers.py`` (the public entry point, which re-exports these
 names); :class:`~autotune.study._local_tpe.LocalTPESampler` plans each local move from
@@ -39,6 +39,14 @@ FLAT = 0.005
 SENSITIVE = 0.05
 """Two two-way levers whose single moves each changed the objective by this share (or made
 the trial infeasible) are also switched together."""
+HARMFUL = 0.5
+"""A change of one lever (from one value to another) that every single-lever move making it,
+or undoing it, showed to cost at least this share of every objective is tried last from a
+new incumbent. On the GPU studies `--enforce-eager` cost 79-99% and was tried again from each
+new best (BENCHMARKS.md); a setting whose lever interacts with the new incumbent is still
+tried, once the other moves are."""
+Change = tuple[str, Any, Any]
+"""(lever, value before, value after) of a single-lever move."""
 
 
 def _pair_scores(study: Study, trials: list[FrozenTrial], failed: set[int]) -> dict[PairKey, float]:
@@ -91,6 +99,43 @@ def _lever_effects(trials: list[FrozenTrial], failed: set[int]) -> dict[str, flo
     return effect
 
 
+def _harmful_changes(
+    trials: list[FrozenTrial], failed: set[int], directions: list[StudyDirection]
+) -> set[Change]:
+    """The single-lever changes that cost at least :data:`HARMFUL` of every objective each
+    time they were seen: a move from its origin, or the same move undone (a move that gained
+    g says undoing it costs g / (1 + g)). A change seen once to cost less is not one."""
+    by_number = {t.number: t for t in trials}
+    worst: dict[Change, float] = {}
+    for t in trials:
+        move = t.system_attrs.get(MOVE_ATTR)
+        if not move:
+            continue
+        lever, origin = move
+        base = by_number.get(origin)
+        if (
+            base is None
+            or base.number in failed
+            or t.number in failed
+            or t.values is None
+            or base.values is None
+            or lever not in t.params
+            or lever not in base.params
+        ):
+            continue
+        gains = []  # how many times better the move's trial was, per objective
+        for a, b, d in zip(t.values, base.values, directions, strict=True):
+            if a <= 0 or b <= 0:
+                break
+            gains.append(a / b if d == StudyDirection.MAXIMIZE else b / a)
+        else:
+            forward = (lever, base.params[lever], t.params[lever])
+            back = (lever, t.params[lever], base.params[lever])
+            for change, cost in ((forward, 1 - max(gains)), (back, 1 - 1 / min(gains))):
+                worst[change] = min(worst.get(change, math.inf), cost)
+    return {change for change, cost in worst.items() if cost >= HARMFUL}
+
+
 def _two_way(dist: BaseDistribution | None) -> bool:
     return isinstance(dist, CategoricalDistribution) and len(dist.choices) == 2
 
@@ -100,6 +145,7 @@ def _lever_moves(
     rng: np.random.Generator,
     effects: Mapping[str, float],
     scores: Mapping[PairKey, float],
+    harmful: set[Change] | frozenset[Change] = frozenset(),
 ) -> Iterator[tuple[str | None, dict[str, Any]]]:
     """Changes of ``best`` in the order worth trying: (lever moved alone or None, params).
 
@@ -108,8 +154,9 @@ def _lever_moves(
     only with static attention splits, a kernel only with one protocol), the pairs whose
     trials beat the main-effects model first (``scores``, :mod:`autotune.study.screening`),
     with two two-way levers that each mattered alone counted as such evidence; levers seen
-    to be flat (every single move changed less than 0.5%) last. Random order within the
-    other classes.
+    to be flat (every single move changed less than 0.5%) next; then the single-lever
+    changes in ``harmful`` (:func:`_harmful_changes`), which cost much every time they were
+    made. Random order within the other classes.
     """
     flat = {lever for lever, change in effects.items() if change < FLAT}
     sensitive = sorted(
@@ -117,19 +164,21 @@ def _lever_moves(
         for name, change in effects.items()
         if change >= SENSITIVE and _two_way(best.distributions.get(name))
     )
-    classes: list[list[tuple[str | None, dict[str, Any]]]] = [[], [], [], [], []]
+    classes: list[list[tuple[str | None, dict[str, Any]]]] = [[], [], [], [], [], []]
     for name, dist in best.distributions.items():
         current = best.params[name]
         if isinstance(dist, CategoricalDistribution):
             rank = 4 if name in flat else 0 if len(dist.choices) == 2 else 1
             for c in dist.choices:
                 if c != current:
-                    classes[rank].append((name, {**best.params, name: c}))
+                    last = (name, current, c) in harmful
+                    classes[5 if last else rank].append((name, {**best.params, name: c}))
             continue
         for delta in (-0.25, -0.125, 0.125, 0.25):
             value = _shift(dist, current, delta)
             if value != current:
-                classes[4 if name in flat else 2].append((name, {**best.params, name: value}))
+                rank = 5 if (name, current, value) in harmful else 4 if name in flat else 2
+                classes[rank].append((name, {**best.params, name: value}))
     categorical = sorted(
         name
         for name, dist in best.distributions.items()

@@ -31,6 +31,7 @@ from autotune.study._crash_aware import (
 from autotune.study._local_moves import (
     MOVE_ATTR,
     _current,
+    _harmful_changes,
     _lever_effects,
     _lever_moves,
     _pair_scores,
@@ -79,7 +80,9 @@ class LocalTPESampler(BaseSampler):
     lever, another choice of a categorical one, a number 1/8 or 1/4 of its range away, two
     categorical levers at once (an interaction such as CUDA graphs + static attention
     splits; the pairs whose trials beat a main-effects model first), levers already seen to
-    change nothing; then random 1-3 lever moves.
+    change nothing, changes already seen to cost half the objective or more (each time they,
+    or their undoing, were a single move: ``--enforce-eager`` from every new best); then
+    random 1-3 lever moves.
     Levers that a move switches on (conditional parameters) are drawn by TPE.
 
     Crash-aware: a move is skipped when it was tried, when it repeats a change that made a
@@ -220,7 +223,9 @@ class LocalTPESampler(BaseSampler):
         signatures = _failure_signatures(trials, failed)
         gates = _gates(trials)
         scores = _pair_scores(study, trials, failed)
-        for lever, params in _lever_moves(best, rng, _lever_effects(trials, failed), scores):
+        harmful = _harmful_changes(trials, failed, list(study.directions))
+        effects = _lever_effects(trials, failed)
+        for lever, params in _lever_moves(best, rng, effects, scores, harmful):
             params = _active(params, gates)
             if tried.covers(params):
                 continue
