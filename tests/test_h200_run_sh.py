@@ -128,3 +128,42 @@ def test_a_study_on_its_own_card_goes_on(
     done = _models_on(card, study, tmp_path, **env)
     assert "nothing started" not in done.stdout
     assert "models failed" in done.stdout  # the step after the card check ran (PY=false)
+
+
+def _pack(study: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(RUN_SH), "pack"],
+        env={**os.environ, "STUDY": study, "OUT": str(out), "PY": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_pack_leaves_one_file_per_study_so_two_collects_fit_a_call(tmp_path: Path) -> None:
+    """A call returns 8 files at most and `collect` writes 6: packing the first study's
+    leaves room for the second's, and a second pack keeps the first."""
+    import tarfile
+
+    out = tmp_path / "out"
+    out.mkdir()
+    first = {"a.db": b"db", "a.html": b"<html>", "best.txt": b"best", "run.log": b"log"}
+    for name, data in first.items():
+        (out / name).write_bytes(data)
+    done = _pack("a", out)
+    assert done.returncode == 0, done.stderr
+    assert "packed 4 files into" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["a-collect.tar.gz"]
+    with tarfile.open(out / "a-collect.tar.gz") as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    assert got == first
+    for name in ("b.db", "best.txt", "serve-tail.log"):
+        (out / name).write_text(name)
+    assert _pack("b", out).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a-collect.tar.gz", "b-collect.tar.gz"]
+    with tarfile.open(out / "a-collect.tar.gz") as tar:  # the first pack is untouched
+        assert sorted(tar.getnames()) == sorted(first)
+    nothing = _pack("c", out)
+    assert nothing.returncode == 0 and "pack: nothing in" in nothing.stdout
+    assert not (out / "c-collect.tar.gz").exists()

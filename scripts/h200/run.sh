@@ -60,6 +60,9 @@
 #   collect        snapshot the database, write the report and `best` into $OUT; tar the
 #                  side-by-side directory ($SIDE_DIR: the sweep's JSON results and logs, the
 #                  agreement's runs, results.json) into $OUT/$STUDY-side-by-side.tar.gz
+#   pack           move what $OUT holds into one $OUT/$STUDY-collect.tar.gz (earlier packs
+#                  stay): a call returns 8 files at most and `collect` writes 6, so a call
+#                  that collects two studies packs the first (`... watch 300 pack`)
 #
 # Issue 28 part 5, the side-by-side on the H200, over as many device sessions as it takes (one
 # GPU: one background job at a time; every verb that starts one refuses while another runs).
@@ -110,9 +113,11 @@
 #     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
 #     check and the agreement. An arm goes on from its snapshot (TPE's 16 are done; random
 #     search's first 12 restarts ran with the engine core forked, so its last 4 do too):
-#     VLLM_WORKER_MULTIPROC_METHOD=fork STUDY=vllm-h100-moe-random RESTARTS=16 \
+#     t0=$SECONDS; VLLM_WORKER_MULTIPROC_METHOD=fork STUDY=vllm-h100-moe-random RESTARTS=16 \
 #       FROM_DB=benchmarks/h100/vllm-h100-moe-random.db MODELS=h200-moe:/tmp/autotune-moe \
-#       scripts/h200/run.sh kit models budget watch 600
+#       CALL_S=590 scripts/h200/run.sh kit models budget watch 600 pack
+#     STUDY=vllm-h100-moe RESTARTS=16 CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh sweep watch 600
+#     (the sweep then goes on with `STUDY=vllm-h100-moe scripts/h200/run.sh watch 600`)
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
@@ -126,7 +131,7 @@
 # `watch` returns as soon as the background job ends, so one call can start the next arm the
 # moment the last one is done: `scripts/h200/run.sh watch 420 agreement watch 160` (a verb that
 # finds a job still running says so and starts nothing). Two studies in one call: two commands,
-# `scripts/h200/run.sh watch 300; STUDY=... scripts/h200/run.sh budget watch 280`.
+# `scripts/h200/run.sh watch 300 pack; STUDY=... scripts/h200/run.sh budget watch 280`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -486,6 +491,15 @@ EOF
   ls -la "$OUT"
 }
 
+pack() {
+  local files=()
+  mapfile -t files < <(find "$OUT" -maxdepth 1 -type f ! -name '*-collect.tar.gz' -printf '%f\n' | sort)
+  [ ${#files[@]} -gt 0 ] || { say "pack: nothing in $OUT"; return 0; }
+  tar -czf "$OUT/$STUDY-collect.tar.gz" -C "$OUT" "${files[@]}" &&
+    (cd "$OUT" && rm -f -- "${files[@]}") &&
+    say "packed ${#files[@]} files into $OUT/$STUDY-collect.tar.gz"
+}
+
 while [ $# -gt 0 ]; do
   case $1 in
     kit) kit || exit $? ;;
@@ -501,7 +515,8 @@ while [ $# -gt 0 ]; do
     profile) profile || say "profile failed" ;;
     watch) watch "${2:-540}"; shift ;;
     collect) collect ;;
-    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, budget, sweep, agreement, check, profile, watch SECONDS, collect)" >&2; exit 2 ;;
+    pack) pack ;;
+    *) echo "unknown verb '$1' (allowed: kit, prepare, models, failures, start, explain, budget, sweep, agreement, check, profile, watch SECONDS, collect, pack)" >&2; exit 2 ;;
   esac
   shift
 done
