@@ -76,19 +76,28 @@ def _current(best: FrozenTrial, trials: list[FrozenTrial]) -> dict[str, BaseDist
     return {k: d for k, d in best.distributions.items() if latest.get(k) == d}
 
 
-def _lever_effects(trials: list[FrozenTrial], failed: set[int]) -> dict[str, float]:
-    """The largest relative change a single-lever move made to any objective, per lever
-    (1.0 when the move made the trial infeasible)."""
+def _moves(
+    trials: list[FrozenTrial], failed: set[int]
+) -> Iterator[tuple[str, FrozenTrial, FrozenTrial]]:
+    """Each single-lever move with values whose origin was feasible: (lever, the move's
+    trial, the trial it moved from)."""
     by_number = {t.number: t for t in trials}
-    effect: dict[str, float] = {}
     for t in trials:
         move = t.system_attrs.get(MOVE_ATTR)
         if not move:
             continue
         lever, origin = move
         base = by_number.get(origin)
-        if base is None or base.number in failed or t.values is None:
+        if base is None or base.number in failed or t.values is None or base.values is None:
             continue
+        yield lever, t, base
+
+
+def _lever_effects(trials: list[FrozenTrial], failed: set[int]) -> dict[str, float]:
+    """The largest relative change a single-lever move made to any objective, per lever
+    (1.0 when the move made the trial infeasible)."""
+    effect: dict[str, float] = {}
+    for lever, t, base in _moves(trials, failed):
         change = 1.0
         if t.number not in failed:
             change = max(
@@ -105,23 +114,9 @@ def _harmful_changes(
     """The single-lever changes that cost at least :data:`HARMFUL` of every objective each
     time they were seen: a move from its origin, or the same move undone (a move that gained
     g says undoing it costs g / (1 + g)). A change seen once to cost less is not one."""
-    by_number = {t.number: t for t in trials}
     worst: dict[Change, float] = {}
-    for t in trials:
-        move = t.system_attrs.get(MOVE_ATTR)
-        if not move:
-            continue
-        lever, origin = move
-        base = by_number.get(origin)
-        if (
-            base is None
-            or base.number in failed
-            or t.number in failed
-            or t.values is None
-            or base.values is None
-            or lever not in t.params
-            or lever not in base.params
-        ):
+    for lever, t, base in _moves(trials, failed):
+        if t.number in failed or lever not in t.params or lever not in base.params:
             continue
         gains = []  # how many times better the move's trial was, per objective
         for a, b, d in zip(t.values, base.values, directions, strict=True):
