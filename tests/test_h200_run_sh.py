@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,8 +145,6 @@ def _pack(study: str, out: Path) -> subprocess.CompletedProcess[str]:
 def test_pack_leaves_one_file_per_study_so_two_collects_fit_a_call(tmp_path: Path) -> None:
     """A call returns 8 files at most and `collect` writes 6: packing the first study's
     leaves room for the second's, and a second pack keeps the first."""
-    import tarfile
-
     out = tmp_path / "out"
     out.mkdir()
     first = {"a.db": b"db", "a.html": b"<html>", "best.txt": b"best", "run.log": b"log"}
