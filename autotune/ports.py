@@ -3,15 +3,26 @@
 A server that starts while its predecessor still holds the port dies with "Address already
 in use" and the trial is wasted; worse, a health check could be answered by a foreign
 process. The launcher therefore waits, bounded, until the port can be bound.
+
+A pick is only a promise: the port stays free until the deployment's server binds it, which
+may be seconds (the simulated deployment) or minutes (vLLM) later. Two autotune processes on
+one machine (two studies, two workers, the test suite's parallel workers) could hand out the
+same port in that window; every pick is therefore claimed in a per-user directory that all of
+them read (:func:`claims_dir`), for as long as the picking process lives.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
+import os
 import random
 import socket
+import stat
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -82,6 +93,102 @@ def reserved_ports() -> set[int]:
     return out
 
 
+CLAIMS_DIR: Path | None = None
+"""Where picks are claimed; ``None``: :func:`claims_dir` (a test points it elsewhere)."""
+
+_OWN_CLAIMS: list[Path] = []
+_OWNER_PID = os.getpid()
+
+
+def claims_dir() -> Path:
+    """The per-user directory of port claims: ``$TMPDIR/autotune-ports-UID``.
+
+    Per user and private (0700): another user's processes cannot plant claims, and a
+    directory of the right name that another user owns (or a symlink) is not used."""
+    if CLAIMS_DIR is not None:
+        return CLAIMS_DIR
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"autotune-ports-{uid}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    except OSError:
+        return False
+    return True
+
+
+def _private_dir(path: Path) -> bool:
+    """Create ``path`` 0700 if missing; True when it is a directory of ours, not a link."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    ours = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and ours
+
+
+@contextlib.contextmanager
+def _claims() -> Iterator[tuple[set[int], list[Path]]]:
+    """Under the directory's lock: the ports live processes other than this one claimed (a
+    dead process's claims are removed), and the list to append this pick's claims to.
+
+    Where claims cannot be kept (no ``fcntl``, an unusable directory) it yields nothing
+    claimed: picking falls back to the bind check alone."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield set(), []
+        return
+    where = claims_dir()
+    if not _private_dir(where):
+        yield set(), []
+        return
+    with open(where / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        taken: set[int] = set()
+        for entry in where.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                pid = int(entry.read_text().strip() or "0")
+            except (OSError, ValueError):
+                pid = 0
+            if pid == os.getpid():
+                continue
+            if pid and _alive(pid):
+                taken.add(int(entry.name))
+            else:
+                entry.unlink(missing_ok=True)
+        new: list[Path] = []
+        yield taken, new
+        for path in new:
+            path.write_text(str(os.getpid()))
+        _OWN_CLAIMS.extend(new)
+
+
+def release_claims() -> None:
+    """Remove this process's claims (at exit; a killed process's are removed by the next
+    pick that finds its pid gone)."""
+    if os.getpid() != _OWNER_PID:
+        return  # a forked child: the claims are its parent's
+    for path in _OWN_CLAIMS:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == str(_OWNER_PID):
+                path.unlink()
+    _OWN_CLAIMS.clear()
+
+
+atexit.register(release_claims)
+
+
 def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -> list[int]:
     """``count`` distinct ports free on ``host`` now, below the ephemeral range.
 
@@ -94,9 +201,19 @@ def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -
 
     All sockets stay open until every port is chosen so the same port is not returned
     twice; ``exclude`` are ports already taken by the caller (fixed ports in a file), and no
-    port this process picked before is returned again.
+    port this process picked before, nor one another live autotune process on this machine
+    claimed (:func:`claims_dir`), is returned again.
     """
-    skip = (exclude or set()) | reserved_ports()
+    with _claims() as (claimed, new):
+        ports = _pick(host, count, (exclude or set()) | claimed)
+        directory = claims_dir()
+        new.extend(directory / str(p) for p in ports)
+    _HANDED_OUT.update((host, p) for p in ports)
+    return ports
+
+
+def _pick(host: str, count: int, exclude: set[int]) -> list[int]:
+    skip = exclude | reserved_ports()
     skip |= {p for h, p in _HANDED_OUT if h == host}
     high = ephemeral_start()
     ports: list[int] = []
@@ -130,7 +247,6 @@ def pick_free_ports(host: str, count: int, *, exclude: set[int] | None = None) -
             if port in skip or port in ports:
                 continue
             ports.append(port)
-    _HANDED_OUT.update((host, p) for p in ports)
     return ports
 
 
