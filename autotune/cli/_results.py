@@ -245,6 +245,9 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
     table.add_row("config", Text(json.dumps(winner.config, sort_keys=True)))
     for name, svc in (winner.services or {}).items():
         table.add_row(Text(f"{name} command"), Text(svc.command))
+        if svc.inherited_env:  # set in autotune's shell, read by the engine: part of the run
+            pairs = " ".join(f"{k}={v}" for k, v in svc.inherited_env.items())
+            table.add_row(Text(f"{name} inherited"), Text(pairs))
     if winner.overrides:
         table.add_row("server overrides", Text("\n".join(winner.overrides)))
     console.print(table)

@@ -12,6 +12,9 @@ from the current deployment (``current``) or the environment, else a placeholder
 ``install.sh`` refuses (see :mod:`autotune.export.systemd`). ``compose`` references them
 as required interpolations (``${HF_TOKEN:?...}``) and ``k8s`` as keys of a Secret the user
 creates (``valueFrom.secretKeyRef``); both formats are described in their modules.
+
+Every format but ``json`` also sets the variables the services inherited from autotune's
+environment while they were measured (:mod:`autotune.export.inherited`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from autotune.errors import ConfigError
 from autotune.export.compose import export_compose
 from autotune.export.credentials import ServiceLike, redact_trial
 from autotune.export.formats import export_command, export_env, export_json
+from autotune.export.inherited import with_inherited_env
 from autotune.export.k8s import export_k8s
 from autotune.export.systemd import export_systemd
 from autotune.results import TrialResult
@@ -84,6 +88,8 @@ def export(
     trial = redact_trial(trial)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format '{fmt}'", field="format", allowed=FORMATS)
+    if fmt != "json":  # json keeps the record as stored, inherited_env apart
+        trial = with_inherited_env(trial, containers=fmt in CONTAINER_FORMATS, notes=notes)
     if images and fmt not in CONTAINER_FORMATS:
         raise ConfigError(
             f"images are for the container formats, not {fmt}",

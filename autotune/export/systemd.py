@@ -3,8 +3,9 @@
 Quoting of values (systemd.exec(5), systemd.service(5), systemd.syntax(7)) is
 :mod:`autotune.unitfile`'s, shared with the drop-in the systemd service manager writes.
 
-systemd starts services with a clean environment: only the variables of the trial (and
-systemd's own) are set, which is what the tuner measured for the variables it controls.
+systemd starts services with a clean environment: only the variables of the trial, those
+the services inherited from autotune's environment while measured (folded into ``env`` by
+:mod:`autotune.export.inherited`) and systemd's own are set: what the tuner measured.
 
 Credentials (:mod:`autotune.export.credentials`) never go into a unit: ``Environment=`` and
 ``ExecStart=`` are readable by every user (``systemctl show``), whatever the file's mode.

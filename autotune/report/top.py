@@ -17,6 +17,7 @@ from autotune.report._common import (
 from autotune.report._data import ReportData
 from autotune.report.telemetry import top_columns
 from autotune.results import gain_over_baseline
+from autotune.trial import ServiceRecord
 
 
 def section(data: ReportData) -> str | None:
@@ -29,7 +30,9 @@ def section(data: ReportData) -> str | None:
     rows = []
     for rank, r in enumerate(ranked, 1):
         config = "\n".join(f"{k} = {v}" for k, v in sorted(r.config.items()))
-        commands = "\n\n".join(f"# {name}\n{_command(rec)}" for name, rec in r.services.items())
+        commands = "\n\n".join(
+            f"# {name}\n{_inherited(rec)}{_command(rec)}" for name, rec in r.services.items()
+        )
         rows.append(
             [
                 str(rank),
@@ -48,3 +51,11 @@ def section(data: ReportData) -> str | None:
         numeric={2, 3, 4, *range(5, 5 + len(gpu_heads))},
     )
     return head + table + "</section>"
+
+
+def _inherited(rec: ServiceRecord) -> str:
+    """A comment line with what the service inherited from autotune's environment."""
+    if not rec.inherited_env:
+        return ""
+    pairs = " ".join(f"{k}={v}" for k, v in rec.inherited_env.items())
+    return f"# inherited from autotune's environment: {pairs}\n"

@@ -22,10 +22,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.errors import StorageError
 from autotune.failpoints import failpoint
 from autotune.failures import Failure
 from autotune.results import feasible, objective_label, own_trials
-from autotune.study._optuna_compat import storage_of, trial_id_of
+from autotune.secrets import redact
+from autotune.study._optuna_compat import storage_of, trial_by_number, trial_id_of
 from autotune.study.abort import AbortPolicy
 from autotune.study.claims import ClaimedElsewhere, claim_config
 from autotune.study.context import StudyContext, close_phases
@@ -36,6 +38,8 @@ from autotune.study.storage import batched_writes
 from autotune.study.store import TrialWriter
 from autotune.study.workers import TRIAL_WORKER_ATTR, Worker
 from autotune.trial import HostFailure, TrialOutcome, TrialPipeline
+from autotune.trial.inherited_env import services_changes
+from autotune.trial.record import TrialRecord
 
 
 class TrialStep:
@@ -57,7 +61,10 @@ class TrialStep:
         self.writer = writer
         self.abort = abort
         self.on_phase = on_phase
-        self._known: dict[str, int] = {}
+        self._known: dict[str, list[int]] = {}
+        """Canonical config -> the trials that measured it, oldest first (one per
+        environment, in effect: a config is measured again only where the environment
+        differed)."""
         self._incumbent: tuple[float, int] | None = None
         """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
 
@@ -65,13 +72,53 @@ class TrialStep:
         for trial in own_trials(self.ctx.study, states=(TrialState.COMPLETE,)):
             config = trial.user_attrs.get("config")
             if config is not None and trial.user_attrs.get("failure") != Failure.interrupted:
-                self._known.setdefault(self.ctx.space.config_key(config), trial.number)
+                self._remember(self.ctx.space.config_key(config), trial.number)
             if (
                 feasible(trial)
                 and trial.user_attrs.get("failure") is None
                 and not trial.user_attrs.get("aborted")
             ):
                 self._consider_incumbent(trial.values[0], trial.number)
+
+    def check_environment(self) -> None:
+        """Say once, at the start of a session, how the variables the services inherit from
+        autotune's environment differ from those of the newest trial that recorded them
+        (:mod:`autotune.trial.inherited_env`): measurements taken under other variables
+        are not reused, and compare with this session's only where those do not matter."""
+        prepared = self.pipeline.prepare(self.ctx.space.baseline_config(), is_baseline=True)
+        if isinstance(prepared, TrialOutcome):
+            return
+        for trial in reversed(own_trials(self.ctx.study, states=(TrialState.COMPLETE,))):
+            services = trial.user_attrs.get("services") or {}
+            if any(
+                isinstance(s, dict) and s.get("inherited_env") is not None
+                for s in services.values()
+            ):
+                changed = self._env_changes(trial.number, prepared.record)
+                if changed:
+                    self.ctx.progress.message(
+                        f"the services' environment differs from the one trial #{trial.number} "
+                        f"ran in ({'; '.join(changed)}): identical configurations are measured "
+                        "again, not reused; set the variables as then to compare like with like"
+                    )
+                return
+
+    def _remember(self, key: str, number: int) -> None:
+        known = self._known.setdefault(key, [])
+        if number not in known:
+            known.append(number)
+
+    def _env_changes(self, number: int, record: TrialRecord) -> list[str]:
+        """How ``record``'s services' inherited variables differ from trial ``number``'s
+        (compared as stored: secrets redacted)."""
+        old = trial_by_number(self.ctx.study, number)
+        try:
+            stored = TrialRecord.from_attrs(old.user_attrs, where=f"trial {number}").services
+        except StorageError:  # an unreadable record is not this check's to report
+            return []
+        then = {name: svc.inherited_env for name, svc in stored.items()}
+        now = redact({name: svc.inherited_env for name, svc in record.services.items()})
+        return services_changes(then, now)
 
     def _consider_incumbent(self, throughput: float, number: int) -> None:
         if self._incumbent is None or (throughput, -number) > (
@@ -144,7 +191,7 @@ class TrialStep:
         self.worker.trial_done()
         key = self.ctx.space.config_key(config)
         if outcome.record.reused_from is None:
-            self._known.setdefault(key, trial.number)
+            self._remember(key, trial.number)
         if outcome.failure is None and outcome.feasible and not outcome.record.aborted:
             self._consider_incumbent(outcome.values[0], trial.number)
         self.report(trial.number, outcome, elapsed)
@@ -165,11 +212,23 @@ class TrialStep:
         if isinstance(prepared, TrialOutcome):
             return prepared  # forbidden: nothing launched
         key = self.ctx.space.config_key(config)
-        previous = None if fresh else self._known.get(key)
-        if previous is None and claim_as is not None:
-            previous = claim_config(self.ctx.study, key, claim_as, db=self.ctx.db)
-            if previous is not None:
-                self._known.setdefault(key, previous)
+        candidates = [] if fresh else list(self._known.get(key, []))
+        if not candidates and claim_as is not None and not fresh:
+            claimed = claim_config(self.ctx.study, key, claim_as, db=self.ctx.db)
+            if claimed is not None:
+                self._remember(key, claimed)
+                candidates = [claimed]
+        previous, changed = None, []
+        for number in candidates:
+            changed = self._env_changes(number, prepared.record)
+            if not changed:
+                previous = number
+                break
+        if previous is None and changed:
+            self.ctx.progress.message(
+                f"trial #{candidates[0]}'s identical configuration is measured again, not "
+                f"reused: it ran in another environment ({'; '.join(changed)})"
+            )
         if previous is not None:
             return reused_outcome(
                 self.ctx.study, previous, prepared.record, objective=self.ctx.objective

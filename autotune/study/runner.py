@@ -329,6 +329,7 @@ class Tuner:
             self._preflight()
             self._enqueue_baseline()
             self.trial_step.index_known()
+            self.trial_step.check_environment()
             done = self.completed_count()
             while done < n_trials:
                 if self.shared:

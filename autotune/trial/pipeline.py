@@ -37,6 +37,7 @@ from autotune.space import SearchSpace
 from autotune.specs import ServiceSpec
 from autotune.telemetry import TelemetrySampler, gpu_sampler
 from autotune.trial.effective import find_overrides
+from autotune.trial.inherited_env import inherited_env
 from autotune.trial.measurement import MeasurePlan
 from autotune.trial.measurement import measure as measure_deployment
 from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
@@ -122,7 +123,15 @@ def failed(
     )
 
 
-def service_records(specs: Mapping[str, ServiceSpec]) -> dict[str, ServiceRecord]:
+def service_records(
+    specs: Mapping[str, ServiceSpec],
+    engines: Mapping[str, BaseEngine] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, ServiceRecord]:
+    """What each service of a trial runs; with ``engines`` (by the space's service name),
+    also what a local service inherits from ``environ`` (default: autotune's environment)
+    that its engine reads."""
     return {
         name: ServiceRecord(
             command=spec.command_line(),
@@ -134,6 +143,11 @@ def service_records(specs: Mapping[str, ServiceSpec]) -> dict[str, ServiceRecord
             ready_timeout_s=spec.ready_timeout_s,
             workdir=spec.workdir,
             health_url=spec.health_url,
+            inherited_env=(
+                None
+                if engines is None
+                else inherited_env(spec, engines.get(spec.settings_of), environ=environ)
+            ),
         )
         for name, spec in specs.items()
     }
@@ -188,7 +202,7 @@ class TrialPipeline:
             reason = "; ".join(f"{v.name}: {v.reason}" for v in violations)
             return failed(self.scorer, record, failure=Failure.forbidden, reason=reason)
         specs = render(self.space, self.deployment, config, run_dir=self.run_dir)
-        record.services = service_records(specs)
+        record.services = service_records(specs, self.engines)
         return Prepared(config=config, specs=specs, record=record)
 
     def measure(

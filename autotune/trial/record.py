@@ -21,13 +21,15 @@ from autotune.errors import StorageError
 from autotune.launch import ServiceStartup
 from autotune.telemetry import Telemetry
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """1: the attributes as written up to 2026-12 (no version key); 2: ``schema_version``,
 ``violations`` and ``engine_version`` added, every field typed here; 3: ``warm_start_from``
 (a trial carried from an earlier study by a warm start, not one of this study's); 4:
 ``capacity`` (a capacity search's result) and ``curve`` (latency-throughput points); 5:
 ``client_cpus`` (where the load generator ran); 6: ``telemetry`` (the GPUs over the measured
-phase, or why none); 7: ``startup`` (each restarted service's start-up stages, with when)."""
+phase, or why none); 7: ``startup`` (each restarted service's start-up stages, with when);
+8: ``services[name].inherited_env`` (what a local service inherited from autotune's
+environment that its engine reads: :mod:`autotune.trial.inherited_env`)."""
 
 MEASURED_PHASES = ("restart", "probe", "warmup", "measure")
 """Time spent on the deployment; the rest of a trial is the tuner's own (``tuner``)."""
@@ -59,6 +61,16 @@ class ServiceRecord(BaseModel):
     ready_timeout_s: float | None = None
     workdir: str | None = None
     health_url: str | None = None
+    inherited_env: dict[str, str] | None = None
+    """Variables the service inherited from autotune's environment that its engine or the
+    libraries under it read (:mod:`autotune.trial.inherited_env`); ``None``: not known (a
+    service on another host, or a trial stored before schema 8)."""
+
+    def measured_env(self) -> dict[str, str]:
+        """The environment the measurement ran with, as far as it matters: the inherited
+        variables, then the spec's own ``env`` over them."""
+        inherited = {k: v for k, v in (self.inherited_env or {}).items() if k not in self.unset_env}
+        return {**inherited, **self.env}
 
 
 class TrialRecord(BaseModel):
