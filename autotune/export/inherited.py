@@ -48,7 +48,9 @@ def with_inherited_env(
             dropped += [f"{name}: {k}={v}" for k, v in inherited.items() if is_path(v)]
             inherited = {k: v for k, v in inherited.items() if not is_path(v)}
         carried += [f"{name}: {k}={v}" for k, v in inherited.items()]
-        services[name] = rec.model_copy(update={"env": {**inherited, **rec.env}})
+        if inherited:  # the stored command line lacks them: rebuilt from argv and env
+            rec = rec.model_copy(update={"env": {**inherited, **rec.env}, "command": ""})
+        services[name] = rec
     if notes is not None and carried:
         notes(
             f"{trial.title} ran with variables inherited from autotune's environment; the "

@@ -1,0 +1,94 @@
+"""A study on the simulated deployment, over four sessions whose shells differ: what the
+services inherited is stored per trial, an identical configuration is reused only where the
+inheritance matches, a session says what changed, and the export sets the inherited values.
+
+The services are real processes started by the local manager with autotune's environment
+(``monkeypatch.setenv`` here is the shell that ran ``autotune run``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from e2e_helpers import E2E_STUDY, autotune_cli, load
+
+from autotune.export import export
+from autotune.results import TrialResult
+from autotune.study.definition import load_study_definition
+from autotune.study.progress import NullProgress
+from autotune.study.runner import Tuner
+
+VAR = "TORCH_SHOW_CPP_STACKTRACES"  # a PyTorch variable: inherited, harmless to the sim
+SECRET = "hf_inherited_env_planted_secret"
+
+
+class Said(NullProgress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def _session(tmp_path: Path, n_trials: int, *, again_baseline: bool) -> list[str]:
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    definition = load_study_definition(E2E_STUDY)
+    said = Said()
+    tuner = Tuner(definition=definition, study_name="inh", storage_url=url, seed=3, progress=said)
+    if again_baseline:  # the sampler proposing a configuration measured before
+        optuna.load_study(study_name="inh", storage=url).enqueue_trial(
+            tuner.space.baseline_params()
+        )
+    tuner.run(n_trials=n_trials)
+    return said.lines
+
+
+def test_a_changed_shell_is_recorded_said_not_reused_and_exported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(VAR, "1")
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    _session(tmp_path, 1, again_baseline=False)
+    _session(tmp_path, 2, again_baseline=True)
+    monkeypatch.setenv(VAR, "0")
+    third = _session(tmp_path, 3, again_baseline=True)
+    fourth = _session(tmp_path, 4, again_baseline=True)
+
+    trials = sorted(load("inh", tmp_path / "s.db").get_trials(), key=lambda t: t.number)
+    assert len(trials) == 4
+    inherited = [
+        {name: svc["inherited_env"] for name, svc in t.user_attrs["services"].items()}
+        for t in trials
+    ]
+    assert all(t.user_attrs["schema_version"] == 8 for t in trials)
+    # Every service of the sim deployment is local: each recorded the variable.
+    assert all(envs and all(e is not None for e in envs.values()) for envs in inherited)
+    assert [{e[VAR] for e in envs.values()} for envs in inherited] == [{"1"}, {"1"}, {"0"}, {"0"}]
+    for t in trials:
+        assert all(
+            "HF_TOKEN" not in (svc["inherited_env"] or {})
+            for svc in t.user_attrs["services"].values()
+        )
+        assert SECRET not in repr(t.user_attrs), "a secret of the environment was stored"
+    # #1 = #0's config in the same shell: reused. #2: the shell changed: measured again.
+    # #3: reused from #2 (same shell), not from #0.
+    assert [t.user_attrs["reused_from"] for t in trials] == [None, 0, None, 2]
+    assert trials[2].user_attrs["config"] == trials[0].user_attrs["config"]
+    assert trials[2].user_attrs["phase_seconds"]["measure"] > 0
+    assert any(
+        "differs from the one trial #1 ran in" in line and f"{VAR}: 1 then, 0 now" in line
+        for line in third
+    ), third
+    assert any("trial #0's identical configuration is measured again" in line for line in third)
+    assert not any("differs" in line or "measured again" in line for line in fourth), fourth
+
+    result = TrialResult.from_frozen(trials[2])
+    text = export(result, fmt="command", out_dir=None, notes=None)
+    assert isinstance(text, str) and f"{VAR}=0" in text
+    best = autotune_cli(
+        "best", "--study", "inh", "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path
+    )
+    assert "prefill inherited" in best.stdout and f"{VAR}=" in best.stdout, best.stdout
