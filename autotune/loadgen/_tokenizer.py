@@ -10,9 +10,10 @@ through these, so they sit apart from the kinds; :data:`TOKEN_ID_RANGE` and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -164,10 +165,31 @@ def load_tokenizer(path: str | Path | None) -> Tokenizer:
     None: :class:`WordTokenizer`. A ``tokenizer.json`` file, or a directory holding one: the
     ``tokenizers`` package reads it. A directory without one (or without ``tokenizers``
     installed): ``transformers.AutoTokenizer`` with ``local_files_only``. Never a hub: a
-    benchmark must not depend on the network, so ``HF_HUB_OFFLINE=1`` is set first.
+    benchmark must not depend on the network, so ``HF_HUB_OFFLINE=1`` is set while it loads,
+    and only then: autotune's environment is what local services inherit, and a variable
+    that appeared at the first measurement would show in the trial records as a change of
+    environment between the first trial and the rest (:mod:`autotune.trial.inherited_env`).
     """
     if path is None:
         return WordTokenizer()
+    with _hub_offline():
+        return _load(path)
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    before = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before
+
+
+def _load(path: str | Path) -> Tokenizer:
     where = Path(path).expanduser()
     expected = (
         "expected a tokenizer.json file, or a local directory holding tokenizer.json or a "
@@ -175,7 +197,6 @@ def load_tokenizer(path: str | Path | None) -> Tokenizer:
     )
     if not where.exists():
         raise ConfigError(f"no such file or directory; {expected}", file=str(path))
-    os.environ["HF_HUB_OFFLINE"] = "1"
     problems: list[str] = []
     file = where if where.is_file() else where / "tokenizer.json"
     if file.is_file():

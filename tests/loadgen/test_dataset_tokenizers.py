@@ -13,6 +13,7 @@ import pytest
 from datasets_helpers import build
 
 from autotune.errors import ConfigError
+from autotune.loadgen import _tokenizer
 from autotune.loadgen.datasets import (
     SAMPLE_SHAREGPT,
     RandomDataset,
@@ -101,11 +102,24 @@ def count(raw: Any, text: str) -> int:
 def test_real_tokenizer_loads_from_dir_or_file_offline(wordlevel, monkeypatch) -> None:
     raw, folder = wordlevel
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    seen: list[str | None] = []
+    real = _tokenizer._load
+
+    def load(path: Any) -> Any:
+        seen.append(os.environ.get("HF_HUB_OFFLINE"))
+        return real(path)
+
+    monkeypatch.setattr(_tokenizer, "_load", load)
     for where in (folder, folder / "tokenizer.json", str(folder)):
         tok = load_tokenizer(where)
         assert tok.encode("the server needs a plan") == raw.encode("the server needs a plan").ids
         assert tok.name == str(where)
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert seen == ["1", "1", "1"]  # offline while it loads ...
+    # ... and only then: local services inherit autotune's environment (inherited_env).
+    assert "HF_HUB_OFFLINE" not in os.environ
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    load_tokenizer(folder)
+    assert seen[-1] == "1" and os.environ["HF_HUB_OFFLINE"] == "0"
 
 
 def test_sharegpt_counts_with_a_real_tokenizer(bytelevel) -> None:
