@@ -20,7 +20,10 @@ What may be borrowed is what the explanation would have measured itself:
 * per measurement (a completed trial, or one of its re-measurements ``remeasure:N:R``): run
   to its end (no failure, no early abort), from freshly started services (every service
   restarted; not a result reused from an identical trial, not a trial carried by a warm
-  start), by the winner's engine version.
+  start), by the winner's engine version, with the variables the winner's services
+  inherited from autotune's environment (where both recorded them:
+  :mod:`autotune.trial.inherited_env`; on an H100, forking vLLM's workers instead of
+  spawning them moved one configuration by 16%).
 
 Each borrowed run keeps its origin (``STUDY#N``, ``STUDY#N/R`` for a re-measurement), so
 borrowing again adds only what is new. What it cannot share is the round-by-round order of
@@ -43,6 +46,7 @@ from autotune.errors import ConfigError, StorageError
 from autotune.explain.record import ExplainRun
 from autotune.results import REMEASURE_PREFIX, carried, feasible
 from autotune.space import SearchSpace
+from autotune.trial.inherited_env import services_changes
 from autotune.trial.record import RemeasureRecord, TrialRecord
 
 
@@ -71,9 +75,11 @@ def borrowable_runs(
     *,
     space: SearchSpace,
     engine_version: Mapping[str, str],
+    inherited: Mapping[str, Mapping[str, str] | None] | None = None,
 ) -> Borrowed:
     """Every measurement of ``source`` the explanation may take as its own (module doc),
-    keyed by this study's ``space``; ``engine_version``: the winner's."""
+    keyed by this study's ``space``; ``engine_version``: the winner's; ``inherited``: what
+    the winner's services inherited (service -> variables, ``None``: not known)."""
     name = source.study_name
     out = Borrowed(source=name)
     remeasures = _remeasures(source)
@@ -88,6 +94,10 @@ def borrowable_runs(
         config_why = None
         if engine_version and record.engine_version and record.engine_version != engine_version:
             config_why = "another engine version"
+        elif inherited and services_changes(
+            inherited, {n: svc.inherited_env for n, svc in record.services.items()}
+        ):
+            config_why = "another inherited environment"
         try:
             key = space.config_key(record.config)
         except (ConfigError, ValueError, TypeError):

@@ -43,6 +43,7 @@ from autotune.study.definition import StudyDefinition
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.record import redact_record
 from autotune.trial import TrialOutcome, TrialPipeline
+from autotune.trial.record import TrialRecord
 
 Report = Callable[[int, TrialOutcome, float], None]
 
@@ -140,6 +141,12 @@ class Explainer:
         have = {r.source for rs in runs.values() for r in rs if r.source is not None}
         winner = trial_by_number(ctx.study, winner_trial)
         versions = dict(winner.user_attrs.get("engine_version") or {})
+        inherited = {
+            name: svc.inherited_env
+            for name, svc in TrialRecord.from_attrs(
+                winner.user_attrs, where=f"trial {winner_trial}"
+            ).services.items()
+        }
         out = []
         for src in sources:
             if src.study.study_name == ctx.study.study_name:
@@ -150,7 +157,9 @@ class Explainer:
                     field="--runs-from",
                 )
             check_same_conditions(ctx.definition, src.definition)
-            offered = borrowable_runs(src.study, space=ctx.space, engine_version=versions)
+            offered = borrowable_runs(
+                src.study, space=ctx.space, engine_version=versions, inherited=inherited
+            )
             new = [r for r in offered.runs if r.source not in have]
             for run in new:
                 stored = runs.setdefault(run.key, [])

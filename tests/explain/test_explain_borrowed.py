@@ -145,6 +145,29 @@ def test_without_a_winner_version_every_version_is_borrowed(
     assert "another engine version" not in got.skipped
 
 
+def test_runs_under_other_inherited_variables_are_not_borrowed(tmp_path: Path, space: Any) -> None:
+    """The winner's services inherited VLLM_WORKER_MULTIPROC_METHOD=fork: a check run that
+    spawned is another environment; one that did not record it (older schema) is not judged."""
+    study = optuna.create_study(
+        study_name="env", storage=f"sqlite:///{tmp_path / 'env.db'}", direction="maximize"
+    )
+    win = _config(space, sm120_flashmla_backend="flashinfer", sm120_direct_swa_kv=True)
+
+    def services(env: dict[str, str] | None) -> dict[str, Any]:
+        return {s: {"command": f"run {s}", "inherited_env": env} for s in SERVICES}
+
+    forked = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+    _add(study, 200.0, _record(win, services=services(forked)))  # borrowed
+    _add(study, 170.0, _record(win, services=services({})))  # spawned: not borrowed
+    _add(study, 190.0, _record(win, services=services(None)))  # not recorded: borrowed
+    winner = dict.fromkeys(SERVICES, forked)
+    got = borrowable_runs(study, space=space, engine_version=VERSION, inherited=winner)
+    assert {r.source for r in got.runs} == {"env#0", "env#2"}
+    assert dict(got.skipped) == {"another inherited environment": 1}
+    every = borrowable_runs(study, space=space, engine_version=VERSION)
+    assert len(every.runs) == 3  # the winner's inheritance unknown: no judgement
+
+
 def _study_file(path: Path, name: str, *, load: str = "concurrency: 4", space: Path = SPACE) -> Any:
     path.write_text(
         f"name: {name}\nspace: {space}\ndeployment: {DEPLOYMENT}\nobjective: throughput\n"
