@@ -213,7 +213,7 @@ class TrialStep:
             return prepared  # forbidden: nothing launched
         key = self.ctx.space.config_key(config)
         candidates = [] if fresh else list(self._known.get(key, []))
-        if not candidates and claim_as is not None and not fresh:
+        if not candidates and claim_as is not None:  # fresh too: the claim says "in flight"
             claimed = claim_config(self.ctx.study, key, claim_as, db=self.ctx.db)
             if claimed is not None:
                 self._remember(key, claimed)
