@@ -22,23 +22,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.errors import StorageError
 from autotune.failpoints import failpoint
 from autotune.failures import Failure
 from autotune.results import feasible, objective_label, own_trials
-from autotune.secrets import redact
-from autotune.study._optuna_compat import storage_of, trial_by_number, trial_id_of
+from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.abort import AbortPolicy
 from autotune.study.claims import ClaimedElsewhere, claim_config
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.progress import TrialReport
-from autotune.study.record import fail_trial, reused_outcome
+from autotune.study.record import fail_trial, inherited_changes, reused_outcome
 from autotune.study.storage import batched_writes
 from autotune.study.store import TrialWriter
 from autotune.study.workers import TRIAL_WORKER_ATTR, Worker
 from autotune.trial import HostFailure, TrialOutcome, TrialPipeline
-from autotune.trial.inherited_env import services_changes
 from autotune.trial.record import TrialRecord
 
 
@@ -109,16 +106,7 @@ class TrialStep:
             known.append(number)
 
     def _env_changes(self, number: int, record: TrialRecord) -> list[str]:
-        """How ``record``'s services' inherited variables differ from trial ``number``'s
-        (compared as stored: secrets redacted)."""
-        old = trial_by_number(self.ctx.study, number)
-        try:
-            stored = TrialRecord.from_attrs(old.user_attrs, where=f"trial {number}").services
-        except StorageError:  # an unreadable record is not this check's to report
-            return []
-        then = {name: svc.inherited_env for name, svc in stored.items()}
-        now = redact({name: svc.inherited_env for name, svc in record.services.items()})
-        return services_changes(then, now)
+        return inherited_changes(self.ctx.study, number, record)
 
     def _consider_incumbent(self, throughput: float, number: int) -> None:
         if self._incumbent is None or (throughput, -number) > (

@@ -18,12 +18,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.errors import StorageError
 from autotune.failpoints import failpoint
 from autotune.secrets import redact
 from autotune.study._optuna_compat import CONSTRAINTS_KEY as _CONSTRAINTS_KEY
 from autotune.study._optuna_compat import storage_of, trial_by_number, trial_id_of
 from autotune.study.objectives import Objective
 from autotune.study.storage import batched_writes
+from autotune.trial.inherited_env import services_changes
 from autotune.trial.record import SCHEMA_VERSION, TrialOutcome, TrialRecord, zero_phases
 
 
@@ -47,6 +49,21 @@ def reused_outcome(
         constraints=constraints,
         record=copied,
     )
+
+
+def inherited_changes(study: optuna.Study, number: int, record: TrialRecord) -> list[str]:
+    """How the variables ``record``'s services inherit differ from those trial ``number``
+    ran with (:mod:`autotune.trial.inherited_env`), compared as stored (secrets redacted);
+    empty where either side did not record them. A configuration measured under other
+    variables is not the same measurement: it is not reused, and not pooled in a race."""
+    old = trial_by_number(study, number)
+    try:
+        stored = TrialRecord.from_attrs(old.user_attrs, where=f"trial {number}").services
+    except StorageError:  # an unreadable record is not this check's to report
+        return []
+    then = {name: svc.inherited_env for name, svc in stored.items()}
+    now = redact({name: svc.inherited_env for name, svc in record.services.items()})
+    return services_changes(then, now)
 
 
 def finish_trial(

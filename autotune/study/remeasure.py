@@ -41,7 +41,7 @@ from autotune.study.context import StudyContext, close_phases
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.journal import Entry
 from autotune.study.race import Arm, Decision, FixedPolicy, Noise, RacePolicy
-from autotune.study.record import redact_record
+from autotune.study.record import inherited_changes, redact_record
 from autotune.study.storage import describe_storage_failure, display_url
 from autotune.trial import TrialOutcome, TrialPipeline
 from autotune.trial.record import RemeasureRecord
@@ -212,8 +212,23 @@ class Remeasurer:
             )
         index = 0
         while decision.measure is not None:
-            index += 1
             number, repeat = decision.measure
+            changed = self._env_changes(number, configs[number])
+            if changed:
+                decision = Decision(
+                    None,
+                    f"trial #{number} ran in another environment ({'; '.join(changed)})",
+                    leader=decision.leader,
+                    challenger=decision.challenger,
+                )
+                self.decision = decision
+                ctx.progress.message(
+                    f"re-measuring stops: {decision.reason}; its runs here would be pooled "
+                    "with a measurement under other variables. Run with the variables as then "
+                    "to re-measure it"
+                )
+                break
+            index += 1
             # Several workers reach the end together: each re-measurement is claimed, and
             # one another worker holds is left to it.
             key = remeasure_claim_key(number, repeat)
@@ -238,6 +253,14 @@ class Remeasurer:
                 f"winner: trial #{best.trial.number}, {format_estimate(best, unit)}; "
                 f"conservative estimate {best.lower:,.1f} {unit}{why}"
             )
+
+    def _env_changes(self, number: int, config: dict[str, Any]) -> list[str]:
+        """How the variables ``config``'s services would inherit now differ from those trial
+        ``number`` ran with (empty: the same, or not recorded)."""
+        prepared = self.pipeline.prepare(config, is_baseline=False)
+        if isinstance(prepared, TrialOutcome):
+            return []
+        return inherited_changes(self.ctx.study, number, prepared.record)
 
     def one(
         self, number: int, repeat: int, config: dict[str, Any], *, index: int, total: int

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from e2e_helpers import E2E_STUDY, autotune_cli, load
 
 from autotune.export import export
-from autotune.results import TrialResult
+from autotune.results import TrialResult, load_remeasurements
 from autotune.study.definition import load_study_definition
 from autotune.study.progress import NullProgress
 from autotune.study.runner import Tuner
@@ -31,10 +32,20 @@ class Said(NullProgress):
         self.lines.append(text)
 
 
-def _session(tmp_path: Path, n_trials: int, *, again_baseline: bool) -> list[str]:
+def _session(
+    tmp_path: Path, n_trials: int, *, again_baseline: bool, remeasure: str | None = None
+) -> list[str]:
     db = tmp_path / "s.db"
     url = f"sqlite:///{db}"
-    definition = load_study_definition(E2E_STUDY)
+    study_file = E2E_STUDY
+    if remeasure is not None:
+        study_file = tmp_path / "study.yaml"
+        data = yaml.safe_load(E2E_STUDY.read_text())
+        data["space"] = str(E2E_STUDY.parent / data["space"])
+        data["deployment"] = str(E2E_STUDY.parent / data["deployment"])
+        data["remeasure"] = yaml.safe_load(remeasure)
+        study_file.write_text(yaml.safe_dump(data))
+    definition = load_study_definition(study_file)
     said = Said()
     tuner = Tuner(definition=definition, study_name="inh", storage_url=url, seed=3, progress=said)
     if again_baseline:  # the sampler proposing a configuration measured before
@@ -92,3 +103,33 @@ def test_a_changed_shell_is_recorded_said_not_reused_and_exported(
         "best", "--study", "inh", "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path
     )
     assert "prefill inherited" in best.stdout and f"{VAR}=" in best.stdout, best.stdout
+
+
+def test_a_race_does_not_pool_runs_of_two_environments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trials measured with the variable at 1; the re-measurement phase reached in a shell
+    where it is 0 stops before measuring (its runs would be pooled with the trials' own);
+    back at 1, it re-measures."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(VAR, "1")
+    _session(tmp_path, 2, again_baseline=False, remeasure="{policy: fixed, top_k: 0}")
+    monkeypatch.setenv(VAR, "0")
+    said = _session(
+        tmp_path, 2, again_baseline=False, remeasure="{policy: fixed, top_k: 2, repeats: 1}"
+    )
+    study = load("inh", tmp_path / "s.db")
+    assert load_remeasurements(study) == []
+    assert any(
+        line.startswith("re-measuring stops: trial #") and f"{VAR}: 1 then, 0 now" in line
+        for line in said
+    ), said
+    monkeypatch.setenv(VAR, "1")
+    said = _session(
+        tmp_path, 2, again_baseline=False, remeasure="{policy: fixed, top_k: 2, repeats: 1}"
+    )
+    trials = load("inh", tmp_path / "s.db").get_trials()
+    measured = {t.number for t in trials if t.user_attrs.get("failure") is None}
+    again = {m.of for m in load_remeasurements(load("inh", tmp_path / "s.db"))}
+    assert again and again <= measured, (again, measured)
+    assert not any("re-measuring stops" in line for line in said), said

@@ -32,6 +32,7 @@ from autotune.study.progress import NullProgress
 from autotune.study.race import Arm, FixedPolicy, Noise, RacePolicy, ranked, winner
 from autotune.study.remeasure import Remeasurer
 from autotune.trial import TrialOutcome, TrialRecord
+from autotune.trial.pipeline import Prepared
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -204,6 +205,10 @@ class _Pipeline:
         self.true = true
         self.calls: list[dict[str, Any]] = []
         self.interrupt_at = interrupt_at
+
+    def prepare(self, config: dict[str, Any], *, is_baseline: bool) -> Prepared:
+        """No services: nothing inherited is known, so the race never stops for it."""
+        return Prepared(config=config, specs={}, record=TrialRecord(config=config))
 
     def evaluate(self, config: dict[str, Any], *, is_baseline: bool, fresh: bool) -> TrialOutcome:
         assert fresh and not is_baseline
@@ -378,6 +383,10 @@ class _CapacityPipeline:
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+
+    def prepare(self, config: dict[str, Any], *, is_baseline: bool) -> Prepared:
+        """No services: nothing inherited is known, so the race never stops for it."""
+        return Prepared(config=config, specs={}, record=TrialRecord(config=config))
 
     def evaluate(self, config: dict[str, Any], *, is_baseline: bool, fresh: bool) -> TrialOutcome:
         self.calls.append(config)
