@@ -111,7 +111,8 @@ def claims_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"autotune-ports-{uid}"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -163,7 +164,7 @@ def _claims() -> Iterator[tuple[set[int], list[Path]]]:
                 pid = 0
             if pid == os.getpid():
                 continue
-            if pid and _alive(pid):
+            if pid and pid_alive(pid):
                 taken.add(int(entry.name))
             else:
                 entry.unlink(missing_ok=True)

@@ -63,6 +63,7 @@ from typing import Any
 import httpx
 
 from autotune.ports import pick_free_port as free_port
+from autotune.ports import pid_alive
 from autotune.remote.hosts import HostSpec
 
 FAKE_SYSTEMD_DIR = Path(__file__).resolve().parent / "fake_systemd"
@@ -137,16 +138,6 @@ def wait_http(url: str, *, up: bool = True, timeout_s: float = 30) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"{url} {'never answered 200' if up else 'still answers 200'}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _parent(pid: int) -> int | None:
@@ -436,7 +427,7 @@ def cleanup_stale() -> None:
     for line in _run(["ip", "netns", "list"], check=False).splitlines():
         name = line.split()[0] if line.split() else ""
         match = _NS_RE.match(name)
-        if match and (int(match.group(2)) == me or not _alive(int(match.group(2)))):
+        if match and (int(match.group(2)) == me or not pid_alive(int(match.group(2)))):
             _delete_namespace(name)
     for line in _run(["ip", "-o", "link", "show"], check=False).splitlines():
         parts = line.split(":", 2)
@@ -444,7 +435,7 @@ def cleanup_stale() -> None:
             continue
         link = parts[1].strip()
         match = _VETH_RE.match(link)
-        if match and (int(match.group(1)) == me or not _alive(int(match.group(1)))):
+        if match and (int(match.group(1)) == me or not pid_alive(int(match.group(1)))):
             _run(["ip", "link", "del", link.split("@")[0]], check=False)
 
 
@@ -472,7 +463,7 @@ def _kill_stale_sshd(me: int) -> None:
             if config.exists() or "sshd-lab" not in str(config):
                 continue  # not ours to judge
             pid = -1
-        if pid == me or pid == -1 or not _alive(pid):
+        if pid == me or pid == -1 or not pid_alive(pid):
             _kill_tree(int(entry.name))
 
 
