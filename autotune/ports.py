@@ -97,7 +97,6 @@ CLAIMS_DIR: Path | None = None
 """Where picks are claimed; ``None``: :func:`claims_dir` (a test points it elsewhere)."""
 
 _OWN_CLAIMS: list[Path] = []
-_OWNER_PID = os.getpid()
 
 
 def claims_dir() -> Path:
@@ -126,8 +125,12 @@ def pid_alive(pid: int) -> bool:
 
 def _private_dir(path: Path) -> bool:
     """Create ``path`` 0700 if missing; True when it is a directory of ours, not a link."""
-    with contextlib.suppress(FileExistsError):
+    try:
         path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError:  # a read-only or full file system, a file in the way
+        return False
     try:
         info = os.lstat(path)
     except OSError:
@@ -136,53 +139,71 @@ def _private_dir(path: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and ours
 
 
+def _live_claims(where: Path) -> set[int]:
+    """The ports live processes other than this one claimed; a dead process's claims are
+    removed on the way (called under the lock)."""
+    taken: set[int] = set()
+    try:
+        entries = [e for e in where.iterdir() if e.name.isdigit()]
+    except OSError:
+        return taken
+    for entry in entries:
+        try:
+            pid = int(entry.read_text().strip() or "0")
+        except (OSError, ValueError):
+            pid = 0
+        if pid == os.getpid():
+            continue  # this process's: _HANDED_OUT has them
+        if pid and pid_alive(pid):
+            taken.add(int(entry.name))
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink(missing_ok=True)
+    return taken
+
+
 @contextlib.contextmanager
 def _claims() -> Iterator[tuple[set[int], list[Path]]]:
-    """Under the directory's lock: the ports live processes other than this one claimed (a
-    dead process's claims are removed), and the list to append this pick's claims to.
+    """Under the directory's lock: the ports other live processes claimed, and the list to
+    append this pick's claims to (written when the block ends).
 
-    Where claims cannot be kept (no ``fcntl``, an unusable directory) it yields nothing
-    claimed: picking falls back to the bind check alone."""
+    Claims are a courtesy between autotune processes, never a reason to fail a pick: where
+    they cannot be kept (no ``fcntl``, an unusable directory, a file that cannot be written)
+    picking falls back to the bind check alone."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         yield set(), []
         return
     where = claims_dir()
-    if not _private_dir(where):
+    try:
+        lock = open(where / ".lock", "a+") if _private_dir(where) else None  # noqa: SIM115
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+    except OSError:
+        lock = None
+    if lock is None:
         yield set(), []
         return
-    with open(where / ".lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        taken: set[int] = set()
-        for entry in where.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                pid = int(entry.read_text().strip() or "0")
-            except (OSError, ValueError):
-                pid = 0
-            if pid == os.getpid():
-                continue
-            if pid and pid_alive(pid):
-                taken.add(int(entry.name))
-            else:
-                entry.unlink(missing_ok=True)
+    with lock:
         new: list[Path] = []
-        yield taken, new
+        yield _live_claims(where), new
         for path in new:
-            path.write_text(str(os.getpid()))
-        _OWN_CLAIMS.extend(new)
+            try:
+                path.write_text(str(os.getpid()))
+            except OSError:
+                continue
+            _OWN_CLAIMS.append(path)
 
 
 def release_claims() -> None:
     """Remove this process's claims (at exit; a killed process's are removed by the next
-    pick that finds its pid gone)."""
-    if os.getpid() != _OWNER_PID:
-        return  # a forked child: the claims are its parent's
+    pick that finds its pid gone). A forked child inherits the list, not the claims: only
+    files naming this process are removed."""
+    me = str(os.getpid())
     for path in _OWN_CLAIMS:
         with contextlib.suppress(OSError):
-            if path.read_text().strip() == str(_OWNER_PID):
+            if path.read_text().strip() == me:
                 path.unlink()
     _OWN_CLAIMS.clear()
 

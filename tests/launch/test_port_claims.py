@@ -117,3 +117,14 @@ def test_a_symlinked_claims_dir_is_not_used(
     picked = ports.pick_free_ports("127.0.0.1", 3)
     assert len(set(picked)) == 3
     assert not list(target.iterdir())
+
+
+def test_claims_that_cannot_be_kept_never_fail_a_pick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claims directory that cannot be created (a file in the way: as a read-only or full
+    file system would refuse it): the pick falls back to the bind check alone."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(ports, "CLAIMS_DIR", tmp_path / "file" / "claims")
+    picked = ports.pick_free_ports("127.0.0.1", 3)
+    assert len(set(picked)) == 3 and all(ports.is_port_free("127.0.0.1", p) for p in picked)
