@@ -190,7 +190,10 @@ export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/var/tmp/autotune-vllm-cache}
 # study 6,581.6 against 7,855.2 tok/s, the defaults 6,827.1 against 7,052.1), and every arm of
 # a side-by-side must start its servers as vLLM's defaults are measured: so spawn, unless the
 # caller sets VLLM_WORKER_MULTIPROC_METHOD=fork (the MoE random arm's last restarts do, as its
-# first 12 ran so).
+# first 12 ran so). Trials record what their services inherit from this script's environment
+# (trial schema 8, `inherited_env`: VLLM_WORKER_MULTIPROC_METHOD, VLLM_USE_FLASHINFER_SAMPLER,
+# VLLM_CACHE_ROOT, ...): `best` shows it, and a session whose variables differ from the newest
+# trial's says so as it starts (trials stored before schema 8 recorded none: no judgement).
 mkdir -p "$LOGS" "$OUT"
 
 say() { printf '[%s] %s\n' "$(date -u +%T)" "$*"; }
