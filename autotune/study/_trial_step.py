@@ -36,7 +36,6 @@ from autotune.study.storage import batched_writes
 from autotune.study.store import TrialWriter
 from autotune.study.workers import TRIAL_WORKER_ATTR, Worker
 from autotune.trial import HostFailure, TrialOutcome, TrialPipeline
-from autotune.trial.record import TrialRecord
 
 
 class TrialStep:
@@ -91,7 +90,7 @@ class TrialStep:
                 isinstance(s, dict) and s.get("inherited_env") is not None
                 for s in services.values()
             ):
-                changed = self._env_changes(trial.number, prepared.record)
+                changed = inherited_changes(self.ctx.study, trial.number, prepared.record)
                 if changed:
                     self.ctx.progress.message(
                         f"the services' environment differs from the one trial #{trial.number} "
@@ -104,9 +103,6 @@ class TrialStep:
         known = self._known.setdefault(key, [])
         if number not in known:
             known.append(number)
-
-    def _env_changes(self, number: int, record: TrialRecord) -> list[str]:
-        return inherited_changes(self.ctx.study, number, record)
 
     def _consider_incumbent(self, throughput: float, number: int) -> None:
         if self._incumbent is None or (throughput, -number) > (
@@ -208,7 +204,7 @@ class TrialStep:
                 candidates = [claimed]
         previous, changed = None, []
         for number in candidates:
-            changed = self._env_changes(number, prepared.record)
+            changed = inherited_changes(self.ctx.study, number, prepared.record)
             if not changed:
                 previous = number
                 break
