@@ -66,12 +66,6 @@ class ServiceRecord(BaseModel):
     libraries under it read (:mod:`autotune.trial.inherited_env`); ``None``: not known (a
     service on another host, or a trial stored before schema 8)."""
 
-    def measured_env(self) -> dict[str, str]:
-        """The environment the measurement ran with, as far as it matters: the inherited
-        variables, then the spec's own ``env`` over them."""
-        inherited = {k: v for k, v in (self.inherited_env or {}).items() if k not in self.unset_env}
-        return {**inherited, **self.env}
-
 
 class TrialRecord(BaseModel):
     """Everything a trial stores besides its values and constraints."""
