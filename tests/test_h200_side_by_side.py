@@ -374,23 +374,28 @@ def test_the_h100_check_study_holds_the_figures_benchmarks_quotes() -> None:
 
 def test_the_reader_on_the_h100_moe_study_so_far() -> None:
     """The MoE side-by-side runs on an H100 (studies/vllm-h100-moe*.yaml): its results are
-    read from benchmarks/h100/ and the table names the card; the TPE arm done (16 restarts)
-    and random search's first snapshot (12 of 16), whose baseline joins TPE's (n=2)."""
+    read from benchmarks/h100/ and the table names the card; the TPE and random arms done (16
+    restarts each; their baselines pooled, n=3) and the sweep's snapshot (7 of 16 points)."""
     reader = _reader()
     assert reader.card_of("vllm-h100-moe") == ("H100", ROOT / "benchmarks" / "h100")
     assert reader.card_of("vllm-h200-moe") == ("H200", ROOT / "benchmarks" / "h200")
     lines = reader.report("vllm-h100-moe", 16)
     assert lines[0].endswith("side by side on one H100 (budget 16 restarts per tuning arm)")
-    assert "the tuning studies' baselines (n=2)" in lines[2] and "6,939.6 tok/s" in lines[2]
+    assert "the tuning studies' baselines (n=3)" in lines[2] and "6,955.1 tok/s" in lines[2]
     tpe = _row(lines, "autotune, TPE")
     assert tpe[1] == "16 (14 trials + 2 re-measured)"
     assert tpe[2] == "#23: enable_prefix_caching=off, quantization=fp8"
     assert tpe[3] == "9,040.8 (n=2: 9,028.7, 9,052.9)"
-    assert tpe[4] == "0.041 (n=2)" and tpe[5].startswith("+30.3% (95% CI +9.6 to +51.0%)")
+    assert tpe[4] == "0.041 (n=2)" and tpe[5].startswith("+30.0% (95% CI +25.8 to +34.2%)")
     random = _row(lines, "random search")
-    assert random[1].startswith("12 (12 trials + 0 re-measured); in progress: 12 of 16")
-    assert random[2] == "#0: vLLM's defaults" and random[3] == "6,827.1 (n=1: 6,827.1)"
-    assert random[5] == "-1.6%"
+    assert random[1] == "16 (14 trials + 2 re-measured)"
+    assert random[2] == "#0: vLLM's defaults"
+    assert random[3] == "6,906.6 (n=2: 6,827.1, 6,986.1)"
+    assert random[5] == "-0.7% (95% CI -7.1 to +5.7%)"
+    sweep = _row(lines, "`vllm bench sweep serve`")
+    assert sweep[1] == "8 (7 of 16 combinations done)"
+    assert sweep[2] == "max_num_seqs=64, max_num_batched_tokens=4096"
+    assert sweep[3].startswith("7,838.4 (n=3: 7,602.6, 7,957.9, 7,954.7)")
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
