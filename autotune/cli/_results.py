@@ -276,23 +276,50 @@ def report(
 def status(
     study: str = StudyOpt,
     storage: str | None = StorageOpt,
+    study_file: Path | None = typer.Option(
+        None,
+        "--study-file",
+        help="Study definition whose services' inherited environment (this shell's) is "
+        "compared with the newest trial's (default: studies/STUDY.yaml when it exists).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
 ) -> None:
     """Workers of the study (running, lost, stopped) and what each is doing, running trials,
-    trial counts (reused, infeasible, aborted, duplicate configurations) and the best so far."""
-    from autotune.study.status import render_status, status_json, study_status
+    trial counts (reused, infeasible, aborted, duplicate configurations), the best so far, and
+    whether this shell gives the services the variables the newest trial ran with."""
+    from autotune.study.status import study_status
+    from autotune.study.status_view import render_status, status_json
     from autotune.study.storage import storage_errors
 
     check_study(study)
     opened = open_existing(study, storage)
+    services = _shell_services(study, study_file)
     with storage_errors(storage_url(study, storage), f"reading study {study!r}"):
-        current = study_status(opened)
+        current = study_status(opened, services=services)
     if as_json:
         sys.stdout.write(json.dumps(status_json(current), indent=2) + "\n")
         return
     # Every string a user or worker wrote (study, worker, host, phase) is a rich Text in
     # the renderable, never markup: a "[/]" in a worker name prints as it is.
     console.print(render_status(current))
+
+
+def _shell_services(study: str, study_file: Path | None) -> Any:
+    """What this shell would start for ``study`` (its baseline's services, with what they
+    inherit), ``None`` without a study file; a file that does not load gives a check that
+    says so, not an error: the status is read from the storage and stands without it."""
+    from autotune.study.environment import EnvironmentCheck, shell_services
+
+    path = study_file_path(study, study_file)
+    if not path.is_file():
+        if study_file is not None:
+            raise ConfigError(f"{path}: study file not found", field="--study-file")
+        return None
+    try:
+        _, space, deployment, run_dir = deployment_context(study, study_file)
+        return shell_services(space, deployment, run_dir=run_dir)
+    except AutotuneError as exc:
+        return EnvironmentCheck(error=f"{path}: {exc}")
 
 
 def server_metrics_text(counted: dict[str, Any]) -> str:

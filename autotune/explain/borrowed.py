@@ -111,7 +111,12 @@ def borrowable_runs(
                      feasible(trial), None)
             )  # fmt: skip
         for again in remeasures.get(trial.number, ()):
-            why_again = config_why or _not_fresh(again.restarted, record) or _failed(again)
+            why_again = (
+                config_why
+                or _not_fresh(again.restarted, record)
+                or _failed(again)
+                or _another_env(inherited, again)
+            )
             if why_again is not None:
                 out.skipped[why_again] += 1
                 continue
@@ -153,6 +158,16 @@ def _own(record: TrialRecord) -> str | None:
 def _not_fresh(restarted: list[str], record: TrialRecord) -> str | None:
     if not record.services or set(record.services) - set(restarted):
         return "not from freshly started services"
+    return None
+
+
+def _another_env(
+    inherited: Mapping[str, Mapping[str, str] | None] | None, again: RemeasureRecord
+) -> str | None:
+    """Why a re-measurement is not borrowed when its own recorded variables (a trial stored
+    before they were recorded may have re-measurements that did) differ from the winner's."""
+    if inherited and again.inherited_env and services_changes(inherited, again.inherited_env):
+        return "another inherited environment"
     return None
 
 

@@ -29,6 +29,7 @@ from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.abort import AbortPolicy
 from autotune.study.claims import ClaimedElsewhere, claim_config
 from autotune.study.context import StudyContext, close_phases
+from autotune.study.environment import check_environment as compare_environment
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.progress import TrialReport
 from autotune.study.record import fail_trial, inherited_changes, reused_outcome
@@ -84,20 +85,13 @@ class TrialStep:
         prepared = self.pipeline.prepare(self.ctx.space.baseline_config(), is_baseline=True)
         if isinstance(prepared, TrialOutcome):
             return
-        for trial in reversed(own_trials(self.ctx.study, states=(TrialState.COMPLETE,))):
-            services = trial.user_attrs.get("services") or {}
-            if any(
-                isinstance(s, dict) and s.get("inherited_env") is not None
-                for s in services.values()
-            ):
-                changed = inherited_changes(self.ctx.study, trial.number, prepared.record)
-                if changed:
-                    self.ctx.progress.message(
-                        f"the services' environment differs from the one trial #{trial.number} "
-                        f"ran in ({'; '.join(changed)}): identical configurations are measured "
-                        "again, not reused; set the variables as then to compare like with like"
-                    )
-                return
+        check = compare_environment(self.ctx.study, prepared.record.services)
+        if check.changes:
+            self.ctx.progress.message(
+                f"the services' environment differs from the one trial #{check.trial} "
+                f"ran in ({'; '.join(check.changes)}): identical configurations are measured "
+                "again, not reused; set the variables as then to compare like with like"
+            )
 
     def _remember(self, key: str, number: int) -> None:
         known = self._known.setdefault(key, [])

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import StorageError
 from autotune.failpoints import failpoint
+from autotune.results import REMEASURE_PREFIX
 from autotune.secrets import redact
 from autotune.study._optuna_compat import CONSTRAINTS_KEY as _CONSTRAINTS_KEY
 from autotune.study._optuna_compat import storage_of, trial_by_number, trial_id_of
@@ -64,6 +65,30 @@ def inherited_changes(study: optuna.Study, number: int, record: TrialRecord) -> 
     then = {name: svc.inherited_env for name, svc in stored.items()}
     now = redact({name: svc.inherited_env for name, svc in record.services.items()})
     return services_changes(then, now)
+
+
+def remeasured_changes(study: optuna.Study, number: int, record: TrialRecord) -> list[str]:
+    """:func:`inherited_changes`, then against each stored re-measurement of trial ``number``
+    that recorded its variables (the first that differs, its lines prefixed with the run): a
+    trial stored before trial schema 8 recorded none, but its re-measurements since may have,
+    and a race pools them all."""
+    changed = inherited_changes(study, number, record)
+    if changed:
+        return changed
+    now = redact({name: svc.inherited_env for name, svc in record.services.items()})
+    prefix = f"{REMEASURE_PREFIX}{number}:"
+    for key, raw in sorted(study.user_attrs.items()):
+        if not key.startswith(prefix) or not isinstance(raw, Mapping):
+            continue
+        then = raw.get("inherited_env")
+        if not isinstance(then, Mapping):
+            continue
+        lines = services_changes(
+            {n: v for n, v in then.items() if v is None or isinstance(v, Mapping)}, now
+        )
+        if lines:
+            return [f"re-measurement {key.removeprefix(prefix)}: {line}" for line in lines]
+    return []
 
 
 def finish_trial(

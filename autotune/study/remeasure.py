@@ -41,7 +41,7 @@ from autotune.study.context import StudyContext, close_phases
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.journal import Entry
 from autotune.study.race import Arm, Decision, FixedPolicy, Noise, RacePolicy
-from autotune.study.record import inherited_changes, redact_record
+from autotune.study.record import redact_record, remeasured_changes
 from autotune.study.storage import describe_storage_failure, display_url
 from autotune.trial import TrialOutcome, TrialPipeline
 from autotune.trial.record import RemeasureRecord
@@ -256,11 +256,12 @@ class Remeasurer:
 
     def _env_changes(self, number: int, config: dict[str, Any]) -> list[str]:
         """How the variables ``config``'s services would inherit now differ from those trial
-        ``number`` ran with (empty: the same, or not recorded)."""
+        ``number`` or one of its re-measurements ran with (empty: the same, or not
+        recorded)."""
         prepared = self.pipeline.prepare(config, is_baseline=False)
         if isinstance(prepared, TrialOutcome):
             return []
-        return inherited_changes(self.ctx.study, number, prepared.record)
+        return remeasured_changes(self.ctx.study, number, prepared.record)
 
     def one(
         self, number: int, repeat: int, config: dict[str, Any], *, index: int, total: int
@@ -298,6 +299,8 @@ class Remeasurer:
                 if k in record.model_fields_set or k == "phase_seconds"
             },
         )
+        if record.services:  # redacted above, as the trial's own record
+            stored.inherited_env = {n: s.inherited_env for n, s in record.services.items()}
         attrs = stored.to_attrs()
         entry = number * REMEASURE_ID_BASE + repeat
         with deferred_interrupts():

@@ -50,6 +50,7 @@ from autotune.study.abort import AbortPolicy, make_abort_policy
 from autotune.study.claims import BASELINE_CLAIM, claim
 from autotune.study.context import StudyContext
 from autotune.study.definition import StudyDefinition, WarmStartSettings
+from autotune.study.environment import space_engines
 from autotune.study.explainer import Explainer, RunSource
 from autotune.study.hints import Hints
 from autotune.study.interrupts import INTERRUPT_PENDING, sigterm_as_interrupt
@@ -238,12 +239,7 @@ class Tuner:
             ),
             reference=StudyReference(self.study),
             plan=self.plan,
-            engines={
-                service: get_engine(
-                    self.space.engine_ref(service).name, self.space.engine_ref(service).version
-                )
-                for service in self.space.services
-            },
+            engines=space_engines(self.space),
             run_dir=self.run_dir,
             on_phase=self._phase,
             on_warning=self.progress.message,

@@ -1,4 +1,4 @@
-"""``autotune status``: who works on a study and how far it got, read from the storage alone.
+"""``autotune status``: who works on a study and how far it got, read from the storage.
 
 Several ``autotune run`` workers may share one study (PostgreSQL). Each records itself in
 Optuna's own tables (issue 6 design):
@@ -13,10 +13,11 @@ the trials and one of the study system attributes give every worker's liveness (
 without saying so), the trials each worker completed (counted from the trials, not trusted
 from the record), the running trials with their phase and age, the study's counts and the
 best configuration so far. A malformed record never stops the command: it is listed as
-unreadable with its key.
+unreadable with its key. Given what this shell would start, it also says whether the services
+would inherit the variables the newest trial ran with (:mod:`autotune.study.environment`).
 
-Why one module of ~540 lines: one read of the storage feeds both the model of the status
-and its rendering (text, JSON, rich table), which share every field name.
+The output (JSON and rich tables, under the model's field names) is
+:mod:`autotune.study.status_view`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Literal
 
 import optuna
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from autotune.errors import StorageError
 from autotune.failures import Failure
@@ -47,6 +45,7 @@ from autotune.results import (
     objective_label,
 )
 from autotune.study._optuna_compat import StudySnapshot, storage_of, study_id_of
+from autotune.study.environment import EnvironmentCheck, check_environment
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
     WORKER_LOST,
@@ -56,7 +55,7 @@ from autotune.study.workers import (
     parse_worker_records,
     worker_key,
 )
-from autotune.trial.record import TrialRecord
+from autotune.trial.record import ServiceRecord, TrialRecord
 
 Liveness = Literal["running", "lost", "stopped", "interrupted", "failed"]
 _LIVENESS_ORDER = {"running": 0, "lost": 1, "interrupted": 2, "failed": 3, "stopped": 4}
@@ -171,17 +170,27 @@ class StudyStatus(BaseModel):
     workers: list[WorkerStatus]
     unreadable: list[UnreadableRecord]
     running: list[RunningTrial]
+    environment: EnvironmentCheck | None = None
+    """The variables the services would inherit from this shell against the newest trial's
+    (:mod:`autotune.study.environment`); ``None``: not asked (no study file at hand)."""
 
 
 # --- reading ----------------------------------------------------------------------------
 
 
-def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudyStatus:
+def study_status(
+    study: optuna.Study,
+    *,
+    now: datetime | None = None,
+    services: Mapping[str, ServiceRecord] | EnvironmentCheck | None = None,
+) -> StudyStatus:
     """Everything ``autotune status`` shows, from one read of the trials and one of the
     study's system attributes (plus its user attributes, for the re-measurements).
 
     ``now`` (default: the current time) is what liveness and ages are measured against; a
-    naive ``now`` is taken as UTC.
+    naive ``now`` is taken as UTC. ``services``: what this shell would start (their inherited
+    variables are compared with the newest trial's), or a check already made (one that says
+    why it could not be).
     """
     now = datetime.now(timezone.utc) if now is None else now
     if now.tzinfo is None:
@@ -290,6 +299,11 @@ def study_status(study: optuna.Study, *, now: datetime | None = None) -> StudySt
         workers=workers,
         unreadable=unreadable,
         running=running,
+        environment=(
+            services
+            if services is None or isinstance(services, EnvironmentCheck)
+            else check_environment(study, services, trials=trials)
+        ),
     )
 
 
@@ -354,164 +368,3 @@ def _best(study: optuna.Study) -> tuple[BestSoFar | None, str | None]:
         ),
         None,
     )
-
-
-# --- output -----------------------------------------------------------------------------
-
-
-def status_json(status: StudyStatus) -> dict[str, Any]:
-    """The status as JSON-ready data (``autotune status --json``)."""
-    return status.model_dump(mode="json")
-
-
-def format_seconds(seconds: float) -> str:
-    """``42s``, ``5m 12s``, ``3h 02m``, ``2d 04h``."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
-
-
-def _number(trial: int | None) -> str:
-    return f"#{trial}" if trial is not None else ""
-
-
-def _user(text: str | None) -> Text:
-    """A string someone wrote (worker name, host, phase): never markup, one line."""
-    from autotune.yamlio import escape_controls
-
-    return Text(escape_controls(text or ""))
-
-
-_LIVENESS_STYLE = {
-    "running": "green",
-    "lost": "bold red",
-    "failed": "red",
-    "interrupted": "yellow",
-    "stopped": "dim",
-}
-
-
-def render_status(status: StudyStatus) -> RenderableType:
-    """The status as rich tables: summary, workers, running trials, unreadable records."""
-    parts: list[RenderableType] = []
-    summary = Table(
-        title=Text.assemble("study ", _user(status.study)),
-        show_header=False,
-        title_justify="left",
-    )
-    summary.add_column(style="bold")
-    summary.add_column()
-    s = status.states
-    summary.add_row("as of", status.as_of.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"))
-    others = ", ".join(
-        f"{n} {k.lower()}"
-        for k, n in s.items()
-        if k not in ("COMPLETE", "RUNNING", "WAITING", "FAIL") and n
-    )
-    summary.add_row(
-        "trials",
-        f"{status.trials} total: {s.get('COMPLETE', 0)} complete, {s.get('RUNNING', 0)} running, "
-        f"{s.get('WAITING', 0)} waiting, {s.get('FAIL', 0)} failed"
-        + (f", {others}" if others else ""),
-    )
-    summary.add_row(
-        "complete trials",
-        f"{status.reused} reused, {status.infeasible} infeasible, {status.aborted} aborted early",
-    )
-    dup = Text(str(status.duplicate_configs), style="bold red" if status.duplicate_configs else "")
-    if status.duplicate_trials:
-        shown = "; ".join(
-            ", ".join(f"#{n}" for n in group) for group in status.duplicate_trials[:5]
-        )
-        more = len(status.duplicate_trials) - 5
-        dup.append(f" (trials {shown}" + (f"; {more} more" if more > 0 else "") + ")")
-    summary.add_row("duplicate configs measured", dup)
-    if status.carried:
-        summary.add_row(
-            "warm start",
-            Text.assemble(
-                f"{status.carried} failed launches carried from ",
-                _user(", ".join(status.carried_from)),
-                " (evidence for the sampler, not counted above)",
-            ),
-        )
-    if status.best is not None:
-        summary.add_row("best so far", f"trial #{status.best.trial}: {status.best.text}")
-    elif status.best_error is not None:
-        summary.add_row("best so far", Text(f"unavailable: {status.best_error}", style="red"))
-    else:
-        summary.add_row("best so far", "no feasible completed trial yet")
-    if status.best_run is not None:
-        summary.add_row(
-            "best single run",
-            f"{status.best_run.throughput:,.1f} tok/s (trial #{status.best_run.trial})",
-        )
-    if status.unowned_trials:
-        summary.add_row("trials without a worker", str(status.unowned_trials))
-    if status.unregistered_owners:
-        summary.add_row(
-            "owners without a record",
-            _user(", ".join(f"{k} ({v})" for k, v in status.unregistered_owners.items())),
-        )
-    if not status.workers:
-        summary.add_row("workers", "no worker has recorded itself")
-    parts.append(summary)
-
-    workers = Table(
-        title="workers",
-        title_justify="left",
-        caption="on: its trial and phase; done: COMPLETE trials it owns; run: trials done "
-        "as its record says (its last process); lost: its trials failed because it stopped "
-        "sending heartbeats",
-        caption_justify="left",
-    )
-    for column in ("worker", "host:pid", "deployment"):  # shrink these first, never cut
-        workers.add_column(column, overflow="fold", min_width=6)
-    workers.add_column("state", no_wrap=True)
-    workers.add_column("on", overflow="fold")
-    for column in ("done", "run", "lost", "seen ago"):
-        workers.add_column(column, justify="right", no_wrap=True)
-    for w in status.workers:
-        workers.add_row(
-            _user(w.name),
-            _user(f"{w.host}:{w.pid}"),
-            _user(w.deployment),
-            Text(w.liveness, style=_LIVENESS_STYLE.get(w.liveness, "")),
-            _user(" ".join(x for x in (_number(w.trial), w.phase) if x)),
-            str(w.done),
-            str(w.done_reported),
-            str(w.lost_trials) if w.lost_trials else "",
-            format_seconds(w.seen_ago_s),
-        )
-    if status.workers:
-        parts.append(workers)
-
-    if status.running:
-        running = Table(title="running trials", title_justify="left")
-        for column in ("trial", "worker", "phase", "running for"):
-            running.add_column(column)
-        for r in status.running:
-            who = _user(r.worker) if r.worker is not None else Text("?", style="dim")
-            if r.worker_liveness == "lost":
-                who.append(" (lost)", style="bold red")
-            running.add_row(
-                _number(r.number),
-                who,
-                _user(r.phase),
-                format_seconds(r.running_s) if r.running_s is not None else "",
-            )
-        parts.append(running)
-
-    if status.unreadable:
-        bad = Table(title="unreadable worker records", title_justify="left")
-        bad.add_column("key")
-        bad.add_column("problem")
-        for u in status.unreadable:
-            bad.add_row(_user(u.key), _user(u.error))
-        parts.append(bad)
-    return Group(*parts)

@@ -192,6 +192,10 @@ class RemeasureRecord(BaseModel):
     startup: dict[str, ServiceStartup] = Field(default_factory=dict)
     """Each restarted service's start-up stages (a re-measurement starts its services
     afresh: as ``TrialRecord.startup``)."""
+    inherited_env: dict[str, dict[str, str] | None] = Field(default_factory=dict)
+    """What each service inherited from autotune's environment while re-measured (as
+    ``ServiceRecord.inherited_env``; empty: written before re-measurements recorded it): a
+    later session pools its runs with this one only under the same variables."""
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("of", "repeat", "values", "constraints", "feasible")
 

@@ -159,13 +159,25 @@ def test_runs_under_other_inherited_variables_are_not_borrowed(tmp_path: Path, s
     forked = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
     _add(study, 200.0, _record(win, services=services(forked)))  # borrowed
     _add(study, 170.0, _record(win, services=services({})))  # spawned: not borrowed
-    _add(study, 190.0, _record(win, services=services(None)))  # not recorded: borrowed
+    old = _add(study, 190.0, _record(win, services=services(None)))  # not recorded: borrowed
+    # #2 predates the recording; its re-measurements since recorded theirs: 1 forked, 2 not.
+    for repeat, env in ((1, forked), (2, {})):
+        again = RemeasureRecord(
+            of=old,
+            repeat=repeat,
+            values=[195.0],
+            feasible=True,
+            metrics={"output_throughput": 195.0},
+            restarted=list(SERVICES),
+            inherited_env=dict.fromkeys(SERVICES, env),
+        )
+        study.set_user_attr(remeasure_key(old, repeat), again.to_attrs())
     winner = dict.fromkeys(SERVICES, forked)
     got = borrowable_runs(study, space=space, engine_version=VERSION, inherited=winner)
-    assert {r.source for r in got.runs} == {"env#0", "env#2"}
-    assert dict(got.skipped) == {"another inherited environment": 1}
+    assert {r.source for r in got.runs} == {"env#0", "env#2", "env#2/1"}
+    assert dict(got.skipped) == {"another inherited environment": 2}
     every = borrowable_runs(study, space=space, engine_version=VERSION)
-    assert len(every.runs) == 3  # the winner's inheritance unknown: no judgement
+    assert len(every.runs) == 5  # the winner's inheritance unknown: no judgement
 
 
 def _study_file(path: Path, name: str, *, load: str = "concurrency: 4", space: Path = SPACE) -> Any:

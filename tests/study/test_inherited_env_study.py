@@ -7,6 +7,7 @@ The services are real processes started by the local manager with autotune's env
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -99,10 +100,30 @@ def test_a_changed_shell_is_recorded_said_not_reused_and_exported(
     result = TrialResult.from_frozen(trials[2])
     text = export(result, fmt="command", out_dir=None, notes=None)
     assert isinstance(text, str) and f"{VAR}=0" in text
-    best = autotune_cli(
-        "best", "--study", "inh", "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path
-    )
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    best = autotune_cli("best", "--study", "inh", "--storage", storage, cwd=tmp_path)
     assert "prefill inherited" in best.stdout and f"{VAR}=" in best.stdout, best.stdout
+
+    # `autotune status` compares this shell with the newest trial (#3, at 0) given the file
+    status = ("status", "--study", "inh", "--storage", storage)
+    with_file = (*status, "--study-file", str(E2E_STUDY))
+    same = json.loads(autotune_cli(*with_file, "--json", cwd=tmp_path).stdout)["environment"]
+    assert same == {"trial": 3, "changes": [], "error": None}
+    monkeypatch.setenv(VAR, "1")
+    other = json.loads(autotune_cli(*with_file, "--json", cwd=tmp_path).stdout)["environment"]
+    assert other["trial"] == 3 and f"prefill: {VAR}: 0 then, 1 now" in other["changes"], other
+    text = autotune_cli(*with_file, cwd=tmp_path).stdout
+    assert "environment" in text and "differs from trial #3's" in text, text
+    # no study file at hand (none under studies/ here): not asked
+    assert json.loads(autotune_cli(*status, "--json", cwd=tmp_path).stdout)["environment"] is None
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: inh\nspace: nowhere.yaml\n")
+    said = json.loads(
+        autotune_cli(*status, "--study-file", str(broken), "--json", cwd=tmp_path).stdout
+    )["environment"]
+    assert said["trial"] is None and said["error"].startswith(str(broken)), said
+    missing = autotune_cli(*status, "--study-file", "nope.yaml", cwd=tmp_path, check=False)
+    assert missing.returncode != 0 and "nope.yaml" in missing.stdout + missing.stderr
 
 
 def test_a_race_does_not_pool_runs_of_two_environments(
@@ -130,6 +151,12 @@ def test_a_race_does_not_pool_runs_of_two_environments(
     )
     trials = load("inh", tmp_path / "s.db").get_trials()
     measured = {t.number for t in trials if t.user_attrs.get("failure") is None}
-    again = {m.of for m in load_remeasurements(load("inh", tmp_path / "s.db"))}
+    runs = load_remeasurements(load("inh", tmp_path / "s.db"))
+    again = {m.of for m in runs}
     assert again and again <= measured, (again, measured)
+    # each re-measurement records what its services inherited, as a trial does
+    stored = [v for k, v in study.user_attrs.items() if k.startswith("remeasure:")]
+    assert len(stored) == len(runs)
+    for attrs in stored:
+        assert {e[VAR] for e in attrs["inherited_env"].values()} == {"1"}, attrs
     assert not any("re-measuring stops" in line for line in said), said

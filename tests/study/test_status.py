@@ -19,13 +19,8 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from autotune.results import best_estimate, remeasure_key
-from autotune.study.status import (
-    StudyStatus,
-    format_seconds,
-    render_status,
-    status_json,
-    study_status,
-)
+from autotune.study.status import StudyStatus, study_status
+from autotune.study.status_view import format_seconds, render_status, status_json
 from autotune.study.workers import (
     TRIAL_WORKER_ATTR,
     WORKER_ATTR_PREFIX,
