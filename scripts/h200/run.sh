@@ -111,13 +111,16 @@
 #     comes; the vllm-h100-moe studies keep their results in benchmarks/h100/ and refuse any
 #     other card): STUDY=vllm-h100-moe budget (TPE), STUDY=vllm-h100-moe-random budget,
 #     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
-#     check and the agreement. An arm goes on from its snapshot (TPE's 16 are done; random
-#     search's first 12 restarts ran with the engine core forked, so its last 4 do too):
-#     t0=$SECONDS; VLLM_WORKER_MULTIPROC_METHOD=fork STUDY=vllm-h100-moe-random RESTARTS=16 \
-#       FROM_DB=benchmarks/h100/vllm-h100-moe-random.db MODELS=h200-moe:/tmp/autotune-moe \
-#       CALL_S=590 scripts/h200/run.sh kit models budget watch 600 pack
-#     STUDY=vllm-h100-moe RESTARTS=16 CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh sweep watch 600
-#     (the sweep then goes on with `STUDY=vllm-h100-moe scripts/h200/run.sh watch 600`)
+#     check and the agreement. An arm goes on from its snapshot (TPE's and random search's
+#     16 are done; the sweep has 7 of its 16 points, restored from
+#     benchmarks/h100/vllm-h100-moe-side-by-side.tar.gz, the finished points not run again):
+#     STUDY=vllm-h100-moe RESTARTS=16 MODELS=h200-moe:/tmp/autotune-moe CALL_S=590 \
+#       scripts/h200/run.sh kit models sweep watch 600
+#     (the sweep then goes on with `STUDY=vllm-h100-moe CALL_S=590 scripts/h200/run.sh watch
+#     600`; the call in which it ends starts the check study behind it:)
+#     t0=$SECONDS; STUDY=vllm-h100-moe CALL_S=590 scripts/h200/run.sh watch 600 pack; \
+#       STUDY=vllm-h100-moe-check CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh check watch 600
+#     (random search's winner is vLLM's defaults, so the check's three configurations are all)
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
