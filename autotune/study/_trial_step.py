@@ -30,6 +30,7 @@ from autotune.study.abort import AbortPolicy
 from autotune.study.claims import ClaimedElsewhere, claim_config
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.environment import check_environment as compare_environment
+from autotune.study.environment import environment_line
 from autotune.study.interrupts import deferred_interrupts
 from autotune.study.progress import TrialReport
 from autotune.study.record import fail_trial, inherited_changes, reused_outcome
@@ -87,11 +88,7 @@ class TrialStep:
             return
         check = compare_environment(self.ctx.study, prepared.record.services)
         if check.changes:
-            self.ctx.progress.message(
-                f"the services' environment differs from the one trial #{check.trial} "
-                f"ran in ({'; '.join(check.changes)}): identical configurations are measured "
-                "again, not reused; set the variables as then to compare like with like"
-            )
+            self.ctx.progress.message(f"the services' environment {environment_line(check)}")
 
     def _remember(self, key: str, number: int) -> None:
         known = self._known.setdefault(key, [])

@@ -23,7 +23,7 @@ from autotune.engines import BaseEngine, get_engine
 from autotune.render import render
 from autotune.results import own_trials
 from autotune.space import SearchSpace
-from autotune.study.record import inherited_changes
+from autotune.study.record import trial_changes
 from autotune.trial.pipeline import service_records
 from autotune.trial.record import ServiceRecord, TrialRecord
 
@@ -73,20 +73,18 @@ def check_environment(
     """``services``' inherited variables against those of ``study``'s newest complete trial
     that recorded them (``trials``: the study's own trials, when already read)."""
     every = own_trials(study, states=(TrialState.COMPLETE,)) if trials is None else trials
-    for trial in reversed(
-        sorted((t for t in every if t.state == TrialState.COMPLETE), key=lambda t: t.number)
-    ):
+    complete = (t for t in every if t.state == TrialState.COMPLETE)
+    for trial in sorted(complete, key=lambda t: t.number, reverse=True):
         stored = trial.user_attrs.get("services") or {}
         if any(isinstance(s, dict) and s.get("inherited_env") is not None for s in stored.values()):
             now = TrialRecord(services=dict(services))
-            return EnvironmentCheck(
-                trial=trial.number, changes=inherited_changes(study, trial.number, now)
-            )
+            return EnvironmentCheck(trial=trial.number, changes=trial_changes(trial, now))
     return EnvironmentCheck()
 
 
 def environment_line(check: EnvironmentCheck) -> str:
-    """One line saying what the check found (``autotune status``)."""
+    """One line saying what the check found (``autotune status``; ``autotune run`` at a
+    session's start, where they differ)."""
     if check.error is not None:
         return f"not compared: {check.error}"
     if check.trial is None:

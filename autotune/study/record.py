@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StorageError
 from autotune.failpoints import failpoint
@@ -57,9 +57,13 @@ def inherited_changes(study: optuna.Study, number: int, record: TrialRecord) -> 
     ran with (:mod:`autotune.trial.inherited_env`), compared as stored (secrets redacted);
     empty where either side did not record them. A configuration measured under other
     variables is not the same measurement: it is not reused, and not pooled in a race."""
-    old = trial_by_number(study, number)
+    return trial_changes(trial_by_number(study, number), record)
+
+
+def trial_changes(trial: FrozenTrial, record: TrialRecord) -> list[str]:
+    """:func:`inherited_changes` against a trial already read."""
     try:
-        stored = TrialRecord.from_attrs(old.user_attrs, where=f"trial {number}").services
+        stored = TrialRecord.from_attrs(trial.user_attrs, where=f"trial {trial.number}").services
     except StorageError:  # an unreadable record is not this check's to report
         return []
     then = {name: svc.inherited_env for name, svc in stored.items()}
