@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -31,6 +31,10 @@ from autotune.cli._common import (
     writing,
 )
 from autotune.errors import AutotuneError, ConfigError
+
+if TYPE_CHECKING:  # annotations only: `autotune --help` loads neither
+    from autotune.study.environment import EnvironmentCheck
+    from autotune.trial.record import ServiceRecord
 
 EXPORT_FORMATS = ("systemd", "env", "command", "json", "compose", "k8s")
 CONTAINER_FORMATS = ("compose", "k8s")
@@ -304,7 +308,9 @@ def status(
     console.print(render_status(current))
 
 
-def _shell_services(study: str, study_file: Path | None) -> Any:
+def _shell_services(
+    study: str, study_file: Path | None
+) -> dict[str, ServiceRecord] | EnvironmentCheck | None:
     """What this shell would start for ``study`` (its baseline's services, with what they
     inherit), ``None`` without a study file; a file that does not load gives a check that
     says so, not an error: the status is read from the storage and stands without it."""
