@@ -89,15 +89,50 @@ def inherited_env(
     return dict(sorted(found.items()))
 
 
+LONG_VALUE = 60
+"""A value longer than this is shown in part (:func:`env_changes`): ``NVIDIA_REQUIRE_CUDA``
+of a CUDA image holds about 2,000 characters, which would bury the line that says what
+changed."""
+
+_SHOWN = 40
+_BEFORE_DIFF = 12
+
+
+def _shown(value: str | None, differs_at: int) -> str:
+    """``value`` for a human line: whole when short, else the :data:`_SHOWN` characters
+    around ``differs_at`` (where the two values part), elided ends marked and its length
+    said, so two long values that differ in the middle still show how."""
+    if value is None:
+        return "unset"
+    if len(value) <= LONG_VALUE:
+        return value
+    start = max(0, min(differs_at - _BEFORE_DIFF, len(value) - _SHOWN))
+    end = start + _SHOWN
+    head = "..." if start else ""
+    tail = "..." if end < len(value) else ""
+    return f"{head}{value[start:end]}{tail} ({len(value):,} chars)"
+
+
+def _common_prefix(a: str | None, b: str | None) -> int:
+    if a is None or b is None:
+        return 0
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def env_changes(then: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
-    """How the inherited variables differ, one line each: ``NAME: fork then, unset now``."""
+    """How the inherited variables differ, one line each: ``NAME: fork then, unset now``
+    (a long value in part, around where the two differ: :func:`_shown`)."""
     out: list[str] = []
     for name in sorted(set(then) | set(now)):
         before, after = then.get(name), now.get(name)
         if before != after:
-            was = "unset" if before is None else before
-            is_ = "unset" if after is None else after
-            out.append(f"{name}: {was} then, {is_} now")
+            at = _common_prefix(before, after)
+            out.append(f"{name}: {_shown(before, at)} then, {_shown(after, at)} now")
     return out
 
 

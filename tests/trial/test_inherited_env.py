@@ -93,6 +93,25 @@ def test_changes_are_said_per_variable_and_service() -> None:
     ]
 
 
+
+def test_a_long_value_is_shown_around_where_it_changed() -> None:
+    """A CUDA image's NVIDIA_REQUIRE_CUDA runs to ~2,000 characters: the line shows the part
+    that differs, says the length, and stays short."""
+    base = "cuda>=13.0 " + " ".join(f"brand=tesla,driver>={n},driver<{n + 1}" for n in range(400, 470))
+    then = {"NVIDIA_REQUIRE_CUDA": base, "NCCL_ALGO": "Ring"}
+    now = {"NVIDIA_REQUIRE_CUDA": base.replace("driver>=435", "driver>=999"), "NCCL_ALGO": "Tree"}
+    lines = env_changes(then, now)
+    assert lines[0] == "NCCL_ALGO: Ring then, Tree now"  # short values whole
+    line = lines[1]
+    assert len(line) < 200 < len(base)
+    assert "driver>=435" in line and "driver>=999" in line
+    assert line.count(f"({len(base):,} chars)") == 2
+    assert line.startswith("NVIDIA_REQUIRE_CUDA: ...") and "... (" in line
+    # Set or unset: the set side in part, from its start.
+    (gone,) = env_changes({"NVIDIA_REQUIRE_CUDA": base}, {})
+    assert gone.startswith("NVIDIA_REQUIRE_CUDA: cuda>=13.0 ") and gone.endswith("then, unset now")
+    assert len(gone) < 120
+
 def _trial() -> TrialResult:
     engine = ServiceRecord(
         argv=[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/models/m"],
