@@ -93,11 +93,12 @@ def test_changes_are_said_per_variable_and_service() -> None:
     ]
 
 
-
 def test_a_long_value_is_shown_around_where_it_changed() -> None:
     """A CUDA image's NVIDIA_REQUIRE_CUDA runs to ~2,000 characters: the line shows the part
     that differs, says the length, and stays short."""
-    base = "cuda>=13.0 " + " ".join(f"brand=tesla,driver>={n},driver<{n + 1}" for n in range(400, 470))
+    base = "cuda>=13.0 " + " ".join(
+        f"brand=tesla,driver>={n},driver<{n + 1}" for n in range(400, 470)
+    )
     then = {"NVIDIA_REQUIRE_CUDA": base, "NCCL_ALGO": "Ring"}
     now = {"NVIDIA_REQUIRE_CUDA": base.replace("driver>=435", "driver>=999"), "NCCL_ALGO": "Tree"}
     lines = env_changes(then, now)
@@ -111,6 +112,7 @@ def test_a_long_value_is_shown_around_where_it_changed() -> None:
     (gone,) = env_changes({"NVIDIA_REQUIRE_CUDA": base}, {})
     assert gone.startswith("NVIDIA_REQUIRE_CUDA: cuda>=13.0 ") and gone.endswith("then, unset now")
     assert len(gone) < 120
+
 
 def _trial() -> TrialResult:
     engine = ServiceRecord(
