@@ -113,17 +113,6 @@ def _shown(value: str | None, differs_at: int) -> str:
     return f"{head}{value[start:end]}{tail} ({len(value):,} chars)"
 
 
-def _common_prefix(a: str | None, b: str | None) -> int:
-    if a is None or b is None:
-        return 0
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def env_changes(then: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     """How the inherited variables differ, one line each: ``NAME: fork then, unset now``
     (a long value in part, around where the two differ: :func:`_shown`)."""
@@ -131,7 +120,8 @@ def env_changes(then: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     for name in sorted(set(then) | set(now)):
         before, after = then.get(name), now.get(name)
         if before != after:
-            at = _common_prefix(before, after)
+            # Where the two part (os.path.commonprefix compares any strings, not only paths).
+            at = len(os.path.commonprefix([before, after])) if before and after else 0
             out.append(f"{name}: {_shown(before, at)} then, {_shown(after, at)} now")
     return out
 
