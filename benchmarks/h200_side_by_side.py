@@ -202,7 +202,9 @@ def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
     grid, rows = state["grid"], state["combinations"]
     done = len(grid) - len(state["pending"]) - len(state["failed"])
     spent = f"{state['restarts']} ({done} of {len(grid)} combinations done"
-    spent += f", {len(state['failed'])} failed)" if state["failed"] else ")"
+    spent += f", {len(state['failed'])} failed" if state["failed"] else ""
+    # Points of other sittings never ran side by side (arm_sweep.sittings).
+    spent += f"; in {state['sittings']} sittings)" if state["sittings"] > 1 else ")"
     row = Row(label, restarts=spent)
     best = state["best"]
     if best is None:

@@ -202,9 +202,10 @@ def test_the_reader_on_the_stored_h200_studies() -> None:
     assert winner[1] == "3" and winner[3] == "5,770.5 (n=3: 5,722.6, 5,677.7, 5,911.4)"
     assert winner[5].startswith("+31.0% (95% CI +22.8")
     # The sweep is complete (2026-12-05): 20 combinations x 3 runs, 24 restarts (the
-    # combinations a session's end cut were started again in the next).
+    # combinations a session's end cut were started again in the next), over 4 device
+    # sessions (runs more than 20 minutes apart).
     sweep = _row(lines, "`vllm bench sweep serve`")
-    assert sweep[1] == "24 (20 of 20 combinations done)"
+    assert sweep[1] == "24 (20 of 20 combinations done; in 4 sittings)"
     assert sweep[2] == "max_num_seqs=256, max_num_batched_tokens=2048"
     assert sweep[3] == "4,411.9 (n=3: 4,401.4, 4,416.4, 4,417.8) by `vllm bench serve`"
     # the grid's best is at the defaults' level: the levers the sweep varies buy nothing here
@@ -393,7 +394,8 @@ def test_the_reader_on_the_h100_moe_study_so_far() -> None:
     assert random[3] == "6,906.6 (n=2: 6,827.1, 6,986.1)"
     assert random[5] == "-0.7% (95% CI -7.1 to +5.7%)"
     sweep = _row(lines, "`vllm bench sweep serve`")
-    assert sweep[1] == "15 (13 of 16 combinations done)"
+    # 7 points on one H100, 6 on another: the row says they never ran side by side
+    assert sweep[1] == "15 (13 of 16 combinations done; in 2 sittings)"
     assert sweep[2] == "max_num_seqs=512, max_num_batched_tokens=16384"
     assert sweep[3].startswith("8,644.6 (n=3: 8,533.0, 8,670.3, 8,730.5)")
     assert sweep[5].startswith("+24.3% (95% CI +20.2 to +28.4%)")

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,7 @@ def parse_sweep(experiment: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 "failed": data.get("failed"),
                 "total_output_tokens": data.get("total_output_tokens"),
                 "duration": data.get("duration"),
+                "date": data.get("date"),
                 "file": str(path),
             }
         )
@@ -125,6 +127,35 @@ def parse_sweep(experiment: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
         data = json.loads(path.read_text())
         failures.append({"file": str(path), **data})
     return sorted(rows, key=lambda r: combo_key(r)), failures
+
+
+SITTING_GAP_S = 20 * 60
+"""Runs further apart than this were measured in separate sittings: within one, the next
+point's restart and runs follow within minutes (about 3.5 on the GPUs); a device session
+lasts 30 minutes at most and the next one may be on another machine."""
+
+
+def sittings(rows: Sequence[Mapping[str, Any]]) -> int:
+    """In how many sittings the runs of ``rows`` were measured (``date`` of vllm bench serve's
+    result, ``%Y%m%d-%H%M%S``; runs without one are not counted). A sweep resumed over several
+    device sessions compares points that never ran side by side: a machine's drift or another
+    machine moves them as much as the levers (BENCHMARKS.md, the H100 MoE sweep)."""
+    stamps = sorted(
+        when
+        for row in rows
+        for run in row["runs"]
+        if (when := _run_time(run.get("date"))) is not None
+    )
+    return sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if b - a > SITTING_GAP_S) + (
+        1 if stamps else 0
+    )
+
+
+def _run_time(date: object) -> float | None:
+    try:
+        return datetime.strptime(str(date), "%Y%m%d-%H%M%S").timestamp()
+    except ValueError:
+        return None
 
 
 def restarts_in(log_text: str) -> int:
@@ -221,6 +252,7 @@ def sweep_state(sweep_dir: Path, runs: int | None = None) -> dict[str, Any]:
         "pending": pending,
         "num_runs": runs,
         "restarts": restarts_in(text),
+        "sittings": sittings(rows),
         "best": best,
     }
 

@@ -39,6 +39,7 @@ from benchmarks.side_by_side.arm_sweep import (  # noqa: E402
     last_overrides,
     parse_ints,
     restarts_in,
+    sittings,
     supports_option,
     sweep_grid,
     sweep_state,
@@ -376,6 +377,23 @@ def test_a_sweep_directory_in_0_26_0s_layout(tmp_path: Path) -> None:
     ]
     best = state["best"]
     assert (best["max_num_seqs"], best["max_num_batched_tokens"]) == (64, 2048)
+    assert state["sittings"] == 1  # every run stamped 20261205-100000
+
+
+def test_runs_far_apart_are_counted_as_sittings() -> None:
+    """A sweep resumed in later device sessions: points of different sittings never ran side
+    by side, and the reader says how many there were."""
+
+    def row(*dates: str | None) -> dict[str, Any]:
+        return {"runs": [{"date": d} for d in dates]}
+
+    # 3.5 min per point within a sitting; 19 min is still one; 21 min and a day are not.
+    one = row("20261206-101000", "20261206-101330", "20261206-103230")
+    assert sittings([one]) == 1
+    later = row("20261206-105331", None, "not a date", "20261207-090000")
+    assert sittings([one, later]) == 3
+    assert sittings([later, one]) == 3  # the order of the rows does not matter
+    assert sittings([row(None)]) == 0 and sittings([]) == 0
 
 
 def test_one_failed_start_is_retried() -> None:
