@@ -146,9 +146,9 @@ def sittings(rows: Sequence[Mapping[str, Any]]) -> int:
         for run in row["runs"]
         if (when := _run_time(run.get("date"))) is not None
     )
-    return sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if b - a > SITTING_GAP_S) + (
-        1 if stamps else 0
-    )
+    if not stamps:
+        return 0
+    return 1 + sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if b - a > SITTING_GAP_S)
 
 
 def _run_time(date: object) -> float | None:
