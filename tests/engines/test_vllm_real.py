@@ -6,8 +6,9 @@ file), then ``best``, ``best --export systemd`` and ``report`` on the study. Abo
 one study, shared by every assertion here. What it must show:
 
 * the baseline (the smoke space's latency-first ``--max-num-seqs 4``, every other option vLLM's
-  default but ``--enforce-eager``, which every trial of the smoke space runs with) runs and is measured; the server's ``/version`` is read back
-  and its ``vllm:`` counters are stored for the measured phase (exactly the measured tokens);
+  default but ``--enforce-eager``, which every trial of the smoke space runs with) runs and is
+  measured; the server's ``/version`` is read back and its ``vllm:`` counters are stored for
+  the measured phase (exactly the measured tokens);
 * the enqueued configuration (chunked prefill off, a 512-token budget) hits vLLM's real
   start-up refusal, classified ``config_rejected`` from the real log line;
 * the winner (the best measured trial: no re-measurement in this short study) is not the
