@@ -112,7 +112,7 @@
 #     other card): STUDY=vllm-h100-moe budget (TPE), STUDY=vllm-h100-moe-random budget,
 #     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
 #     check and the agreement. An arm goes on from its snapshot (TPE's and random search's
-#     16 are done; the sweep has 13 of its 16 points, restored from
+#     16 are done; the sweep has 15 of its 16 points, restored from
 #     benchmarks/h100/vllm-h100-moe-side-by-side.tar.gz, the finished points not run again):
 #     STUDY=vllm-h100-moe RESTARTS=16 MODELS=h200-moe:/tmp/autotune-moe CALL_S=590 \
 #       scripts/h200/run.sh kit models sweep watch 600
