@@ -30,7 +30,7 @@ from autotune.engines import BaseEngine
 from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
 from autotune.failpoints import failpoint
 from autotune.failures import NOT_THE_CONFIG, Failure
-from autotune.launch import Launcher, ServiceStartup, explain_fault
+from autotune.launch import Classification, Launcher, ServiceStartup, explain_fault
 from autotune.loadgen import AbortRule, LoadSpec, probe_text
 from autotune.render import render
 from autotune.space import SearchSpace
@@ -467,6 +467,25 @@ class TrialPipeline:
                 return died
         return None
 
+    def _cause_in_logs(
+        self, specs: Mapping[str, ServiceSpec], *, stalled: bool
+    ) -> tuple[LaunchError | None, Classification | None]:
+        """The service that died, else what the live services' logs name as the cause
+        (:func:`explain_fault`), asked again for up to :data:`DEATH_GRACE_S` while neither
+        shows: a broken server logs its cause a moment after its requests fail (another
+        request thread may answer first; a pipe or the journal lags), and a fault measured
+        in the warm-up has had no grace before it."""
+        end = time.monotonic() + DEATH_GRACE_S
+        while True:
+            died = self.launcher.check_alive(specs)
+            if died is not None:
+                return died, None
+            tails = self.launcher.log_tails(specs, lines=FAULT_SCAN_LINES)
+            cause = explain_fault(tails, stalled=stalled)
+            if cause is not None or time.monotonic() >= end:
+                return None, cause
+            time.sleep(0.2)
+
     def _after_fault(
         self,
         specs: Mapping[str, ServiceSpec],
@@ -485,18 +504,15 @@ class TrialPipeline:
         gave up), else it is ``failure``. ``died``: the death the caller already found
         (:meth:`Launcher.check_alive` is not asked twice)."""
         failure = str(failure)
+        cause = None
         if died is None:
-            died = self.launcher.check_alive(specs)
+            died, cause = self._cause_in_logs(specs, stalled=stalled)
         if died is not None and failure != died.failure:
             reason = f"{reason}; {died}"
             failure = died.failure
-        if died is None:
-            cause = explain_fault(
-                self.launcher.log_tails(specs, lines=FAULT_SCAN_LINES), stalled=stalled
-            )
-            if cause is not None and cause.failure.value != failure:
-                reason = f"{reason}; the log says: {cause.line}"
-                failure = cause.failure.value
+        if cause is not None and cause.failure.value != failure:
+            reason = f"{reason}; the log says: {cause.line}"
+            failure = cause.failure.value
         tail = died.log_tail if died is not None else self.launcher.log_tails(specs)
         self.launcher.stop_all()
         return failed(self.scorer, record, failure=failure, reason=reason, log_tail=tail)

@@ -82,6 +82,12 @@ SERVER = textwrap.dedent(
                     say(*[ACCESS_LINE] * {FILLER})
                 self._send(500, b'{{"error": {{"message": "generation worker is dead"}}}}')
                 return
+            if mode == "oom_late":  # the errors are answered before the cause is logged
+                self._send(500, b'{{"error": {{"message": "generation worker is dead"}}}}')
+                if is_first:
+                    time.sleep(0.5)
+                    say("Traceback (most recent call last):", OOM_LINE)
+                return
             if mode == "compile_500":
                 if is_first:
                     say(TRACING_LINE)
@@ -109,7 +115,7 @@ def _study(tmp_path: Path) -> Path:
         "parameters": {
             "mode": {
                 "type": "categorical",
-                "choices": ["oom", "compile_hang", "hang", "compile_500"],
+                "choices": ["oom", "oom_late", "compile_hang", "hang", "compile_500"],
                 "target": {"flag": "--mode"},
             }
         },
@@ -194,6 +200,15 @@ def test_oom_of_a_live_server_is_found_in_its_log(tmp_path: Path) -> None:
     (log_file,) = (tmp_path / "studies" / "runs").rglob("server.log")
     assert OOM_LINE in log_file.read_text()
     assert time.monotonic() - t0 < 15  # failed on the first error, not at a timeout
+
+
+def test_a_cause_logged_after_the_failed_warm_up_is_still_found(tmp_path: Path) -> None:
+    # On a busy machine a second warm-up request can get its error before the thread that
+    # hit the OOM has logged it; the log is asked again before the trial is classified.
+    attrs = _run_one(tmp_path, "oom_late")
+    assert attrs["failure"] == "cuda_oom", attrs["reason"]
+    assert "warm-up request" in str(attrs["reason"])
+    assert f"; the log says: {OOM_LINE}" in str(attrs["reason"])
 
 
 def test_silent_server_with_torch_compile_in_its_log_is_compile_timeout(tmp_path: Path) -> None:
