@@ -111,16 +111,21 @@
 #     comes; the vllm-h100-moe studies keep their results in benchmarks/h100/ and refuse any
 #     other card): STUDY=vllm-h100-moe budget (TPE), STUDY=vllm-h100-moe-random budget,
 #     STUDY=vllm-h100-moe sweep (16 evenly spaced grid points), then STUDY=vllm-h100-moe-check
-#     check and the agreement. An arm goes on from its snapshot (TPE's and random search's
-#     16 are done; the sweep has 15 of its 16 points, restored from
-#     benchmarks/h100/vllm-h100-moe-side-by-side.tar.gz, the finished points not run again):
-#     STUDY=vllm-h100-moe RESTARTS=16 MODELS=h200-moe:/tmp/autotune-moe CALL_S=590 \
-#       scripts/h200/run.sh kit models sweep watch 600
-#     (the sweep then goes on with `STUDY=vllm-h100-moe CALL_S=590 scripts/h200/run.sh watch
-#     600`; the call in which it ends starts the check study behind it:)
-#     t0=$SECONDS; STUDY=vllm-h100-moe CALL_S=590 scripts/h200/run.sh watch 600 pack; \
+#     check and the agreement. All of them are done (BENCHMARKS.md, "sixth session"): an arm
+#     went on from its snapshot (the sweep from benchmarks/h100/vllm-h100-moe-side-by-side.tar.gz,
+#     the finished points not run again), and the call in which the sweep ended started the
+#     check study behind it:
+#     t0=$SECONDS; STUDY=vllm-h100-moe RESTARTS=16 MODELS=h200-moe:/tmp/autotune-moe \
+#       CALL_S=590 scripts/h200/run.sh kit models sweep watch 600 pack; \
 #       STUDY=vllm-h100-moe-check CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh check watch 600
-#     (random search's winner is vLLM's defaults, so the check's three configurations are all)
+#     (random search's winner is vLLM's defaults, so the check's three configurations are all),
+#     then STUDY=vllm-h100-moe ROUNDS=2 CALL_S=285 scripts/h200/run.sh agreement watch 600 pack.
+#     Left: `autotune explain` of its winner (two levers from the defaults: borrowing the
+#     check study's 9 runs, only the 2 reverts are measured, 2 runs each, about 5 minutes):
+#     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db \
+#       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h100-moe-check \
+#         --runs-from-storage sqlite:///benchmarks/h100/vllm-h100-moe-check.db" \
+#       MODELS=h200-moe:/tmp/autotune-moe scripts/h200/run.sh kit models explain watch 420
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
