@@ -120,8 +120,10 @@
 #       STUDY=vllm-h100-moe-check CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh check watch 600
 #     (random search's winner is vLLM's defaults, so the check's three configurations are all),
 #     then STUDY=vllm-h100-moe ROUNDS=2 CALL_S=285 scripts/h200/run.sh agreement watch 600 pack.
-#     Left: `autotune explain` of its winner (two levers from the defaults: borrowing the
-#     check study's 9 runs, only the 2 reverts are measured, 2 runs each, about 5 minutes):
+#     Left: `autotune explain` of its winner (two levers from the defaults). All 9 runs of the
+#     check study are borrowable (the winner's and the defaults' 3 each, and the hand-picked
+#     fp8 weights, which is the winner with prefix caching reverted), so only the revert of fp8
+#     is measured: 2 restarts, about 2.5 minutes:
 #     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h100-moe-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-h100-moe-check.db" \
