@@ -23,8 +23,10 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.explain.borrowed import borrowable_runs
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
+from autotune.trial.record import TrialRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -422,3 +424,47 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
     assert {t.user_attrs["telemetry"]["gpus"][0]["name"] for t in measured} == {
         "NVIDIA H100 80GB HBM3"
     }
+
+
+def test_the_moe_explanation_borrows_every_check_run_and_measures_one_revert() -> None:
+    """What the next H100 session's `autotune explain` of the MoE winner (#23: prefix caching
+    off, fp8 weights) will measure, read from the stored databases: all 9 runs of the check
+    study are borrowable (same engine version and inherited environment, fresh starts), 3 each
+    of the defaults, the winner and the winner with prefix caching reverted (the hand-picked
+    fp8 weights), so the revert of fp8 is the one configuration left to measure."""
+    definition = load_study_definition(ROOT / "studies" / "vllm-h100-moe.yaml")
+    space = load_space(ROOT / "studies" / definition.space)
+    h100 = ROOT / "benchmarks" / "h100"
+    study = optuna.load_study(
+        study_name="vllm-h100-moe", storage=f"sqlite:///{h100 / 'vllm-h100-moe.db'}"
+    )
+    winner = TrialRecord.from_attrs(study.trials[23].user_attrs, where="winner")
+    baseline = TrialRecord.from_attrs(study.trials[0].user_attrs, where="baseline")
+    check = optuna.load_study(
+        study_name="vllm-h100-moe-check", storage=f"sqlite:///{h100 / 'vllm-h100-moe-check.db'}"
+    )
+    borrowed = borrowable_runs(
+        check,
+        space=space,
+        engine_version=winner.engine_version or {},
+        inherited={name: svc.inherited_env for name, svc in winner.services.items()},
+    )
+    assert not borrowed.skipped and len(borrowed.runs) == 9
+    changed = {k for k, v in winner.config.items() if v != baseline.config[k]}
+    assert changed == {"enable_prefix_caching", "quantization"}
+    reverts = {
+        lever: space.config_key({**winner.config, lever: baseline.config[lever]})
+        for lever in changed
+    }
+    runs = {
+        key: sum(run.key == key for run in borrowed.runs)
+        for key in (
+            space.config_key(winner.config),
+            space.config_key(baseline.config),
+            *reverts.values(),
+        )
+    }
+    assert runs[space.config_key(winner.config)] == 3
+    assert runs[space.config_key(baseline.config)] == 3
+    assert runs[reverts["enable_prefix_caching"]] == 3  # the hand-picked fp8 weights
+    assert runs[reverts["quantization"]] == 0  # the one left to measure
