@@ -8,9 +8,9 @@ import contract in pyproject.toml checks it).
 
 from __future__ import annotations
 
+from autotune.trial.faults import FAULT_SCAN_LINES
 from autotune.trial.measurement import Measured, MeasurePlan
 from autotune.trial.pipeline import (
-    FAULT_SCAN_LINES,
     HostFailure,
     PipelineSettings,
     Prepared,

@@ -11,7 +11,7 @@ a fake launcher, and a new kind of study (a sweep, an ablation) reuses it as it 
 Faults: one deadline per trial (``trial_timeout_s``) caps restart, probe and load; a service
 that dies while measured makes the trial infeasible (``crashed`` or the class its log shows)
 and every service is stopped so the next trial starts from fresh processes; so does a hung
-or half-dead server, whatever its flags.
+or half-dead server, whatever its flags. What broke it is found by :mod:`.faults`.
 """
 
 from __future__ import annotations
@@ -30,26 +30,19 @@ from autotune.engines import BaseEngine
 from autotune.errors import AutotuneError, BenchError, BenchTimeout, LaunchError
 from autotune.failpoints import failpoint
 from autotune.failures import NOT_THE_CONFIG, Failure
-from autotune.launch import Classification, Launcher, ServiceStartup, explain_fault
+from autotune.launch import Launcher, ServiceStartup
 from autotune.loadgen import AbortRule, LoadSpec, probe_text
 from autotune.render import render
 from autotune.space import SearchSpace
 from autotune.specs import ServiceSpec
 from autotune.telemetry import TelemetrySampler, gpu_sampler
 from autotune.trial.effective import find_overrides
+from autotune.trial.faults import cause_in_logs, death_behind_errors
 from autotune.trial.inherited_env import inherited_env
 from autotune.trial.measurement import MeasurePlan
 from autotune.trial.measurement import measure as measure_deployment
 from autotune.trial.record import ServiceRecord, TrialOutcome, TrialRecord
 from autotune.trial.server_metrics import ServerMetricsWatch, on_modeled_clock
-
-FAULT_SCAN_LINES = 2000
-DEATH_GRACE_S = 2.0
-"""How long failed requests wait for a service to show that it died: a server that crashed
-mid-load resets its connections a moment before its exit is seen, and on a busy machine
-that moment is longer (the trial is then ``crashed``, its cause, not ``request_errors``)."""
-"""Log lines searched for the cause of a live server's fault: the traceback of an OOM in a
-worker thread can sit under hundreds of access-log lines of the requests that failed after it."""
 
 
 class HostFailure(AutotuneError):
@@ -312,7 +305,7 @@ class TrialPipeline:
             )
         died = self.launcher.check_alive(specs)
         if died is None and result.metrics.failed:
-            died = self._death_behind_errors(specs)
+            died = death_behind_errors(self.launcher, specs)
         if died is not None:
             return self._after_fault(
                 specs, record, failure=died.failure, reason=str(died), died=died
@@ -456,36 +449,6 @@ class TrialPipeline:
             record.engine_version = versions
         record.overrides = overrides
 
-    def _death_behind_errors(self, specs: Mapping[str, ServiceSpec]) -> LaunchError | None:
-        """After failed requests: the service that died, once its exit shows (within
-        :data:`DEATH_GRACE_S`), or None. Trials whose requests all succeeded never wait."""
-        end = time.monotonic() + DEATH_GRACE_S
-        while time.monotonic() < end:
-            time.sleep(0.05)
-            died = self.launcher.check_alive(specs)
-            if died is not None:
-                return died
-        return None
-
-    def _cause_in_logs(
-        self, specs: Mapping[str, ServiceSpec], *, stalled: bool
-    ) -> tuple[LaunchError | None, Classification | None]:
-        """The service that died, else what the live services' logs name as the cause
-        (:func:`explain_fault`), asked again for up to :data:`DEATH_GRACE_S` while neither
-        shows: a broken server logs its cause a moment after its requests fail (another
-        request thread may answer first; a pipe or the journal lags), and a fault measured
-        in the warm-up has had no grace before it."""
-        end = time.monotonic() + DEATH_GRACE_S
-        while True:
-            died = self.launcher.check_alive(specs)
-            if died is not None:
-                return died, None
-            tails = self.launcher.log_tails(specs, lines=FAULT_SCAN_LINES)
-            cause = explain_fault(tails, stalled=stalled)
-            if cause is not None or time.monotonic() >= end:
-                return None, cause
-            time.sleep(0.2)
-
     def _after_fault(
         self,
         specs: Mapping[str, ServiceSpec],
@@ -506,7 +469,7 @@ class TrialPipeline:
         failure = str(failure)
         cause = None
         if died is None:
-            died, cause = self._cause_in_logs(specs, stalled=stalled)
+            died, cause = cause_in_logs(self.launcher, specs, stalled=stalled)
         if died is not None and failure != died.failure:
             reason = f"{reason}; {died}"
             failure = died.failure
