@@ -6,7 +6,9 @@
 
 Prints BENCHMARKS.md's table, one row per arm: server restarts spent, the best configuration
 (levers changed from vLLM's defaults), its output tok/s (mean of its measurements, n), J/token
-where NVML telemetry exists, and the gain over vLLM's defaults. What it reads, for STUDY:
+where NVML telemetry exists, and the gain over vLLM's defaults; then, once the check study has
+measured the winner, issue 28's done criterion arm by arm (:func:`verdict`). What it reads,
+for STUDY:
 
 * ``STUDY.db``: autotune's default sampler (TPE), ``studies/STUDY.yaml``;
 * ``STUDY-random.db``: random search, ``studies/STUDY-random.yaml``;
@@ -294,8 +296,46 @@ def agreement_row(side: Path | None) -> list[Row]:
             config=f"#{g['winner_trial']}",
             tok_s=f"{fmt_tok(v)} vs {fmt_tok(a)}",
             gain=f"vllm bench serve {100 * g['rel_diff']:+.1f}% vs autotune's client",
+            values=v,  # by `vllm bench serve`: what the sweep's row is measured with
         )
     ]
+
+
+def verdict(rows: Mapping[str, Row]) -> list[str]:
+    """Issue 28's done criterion, one line per arm: the winner re-measured from fresh starts
+    against the defaults, the hand-picked combination, random search's and the sweep's best,
+    each saying whether the two sides ran side by side (a gain across sessions or machines
+    carries their drift: on the H100 the defaults differed by 17% between machines). The
+    sweep's best is compared by its own client, `vllm bench serve`, with the agreement run's
+    measurement of the winner; without one, with autotune's figure of it."""
+    winner = rows["winner"]
+    if not winner.values:
+        return []
+    same, other = "side by side, one session", "not side by side"
+    pairs = [
+        ("vLLM's defaults (3 fresh starts)", rows["defaults"].values, winner.values, same),
+        ("the hand-picked combination", rows["hand"].values, winner.values, same),
+        (f"random search's best ({rows['random'].config})", rows["random"].values,
+         winner.values, other),
+    ]  # fmt: skip
+    sweep, agreement = rows["sweep"], rows["agreement"]
+    if agreement.values:
+        pairs.append(
+            (f"the sweep's best ({sweep.config})", sweep.values, agreement.values,
+             "`vllm bench serve` on both sides, not side by side")
+        )  # fmt: skip
+    else:
+        pairs.append(
+            (f"the sweep's best ({sweep.config})", sweep.values, winner.values,
+             "autotune's client against `vllm bench serve`, not side by side")
+        )  # fmt: skip
+    out = [f"The {winner.arm} against each arm:"]
+    for name, reference, values, where in pairs:
+        if reference:
+            out.append(f"* {name}: {gain(values, reference)}; {where}")
+        else:
+            out.append(f"* {name}: {NOT_RUN}")
+    return out
 
 
 def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
@@ -333,7 +373,10 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         "|---|---|---|---|---|---|",
         *(r.line() for r in rows),
     ]
-    return out
+    named = {"random": rnd, "sweep": rows[2], "defaults": check[0], "hand": check[1]}
+    named |= {"winner": check[2], "agreement": rows[-1]}
+    lines = verdict(named)
+    return out + ["", *lines] if lines else out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

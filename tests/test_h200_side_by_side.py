@@ -311,6 +311,24 @@ def test_the_reader_with_the_sweep_and_the_check_study_stored(tmp_path: Path) ->
     assert winner[5].startswith("+34.9% (95% CI +")
     # the tuning arms are now compared with the check study's defaults
     assert _row(lines, "autotune, TPE")[5].startswith("+33.9%")
+    # No agreement run in this tarball: the sweep's best is set against autotune's figure of
+    # the winner (5,800 against 6,000), and the verdict says the clients differ.
+    verdict = lines[lines.index("The winner re-measured (winner #21) against each arm:") + 1 :]
+    assert verdict[1].startswith("* the hand-picked combination: +5.5% (95% CI")
+    assert verdict[3].startswith(
+        "* the sweep's best (max_num_seqs=256, max_num_batched_tokens=4096): -3.3% (95% CI"
+    )
+    assert verdict[3].endswith("; autotune's client against `vllm bench serve`, not side by side")
+
+
+def test_no_verdict_before_the_check_study_measured_the_winner(tmp_path: Path) -> None:
+    for name in (DENSE, f"{DENSE}-random"):
+        shutil.copy(H200 / f"{name}.db", tmp_path / f"{name}.db")
+    lines = _reader().report(DENSE, 20, here=tmp_path)
+    assert "the tuning studies' baselines" in lines[2]
+    assert _row(lines, "winner re-measured")[3] == "not run yet"
+    assert lines[-1].startswith("| winner, one fresh start")  # the table ends the report
+    assert not any("against each arm" in line for line in lines)
 
 
 def test_the_reader_gives_a_row_to_a_configuration_queued_with_also(tmp_path: Path) -> None:
@@ -415,6 +433,18 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
     agreement = _row(lines, "winner, one fresh start")
     assert agreement[3].startswith("9,226.2 (n=2: 9,322.4, 9,129.9) vs 9,371.1")
     assert agreement[5] == "vllm bench serve -1.5% vs autotune's client"
+    # Below the table, the done criterion arm by arm; the sweep by its own client on both
+    # sides (the agreement run's `vllm bench serve` runs of the winner).
+    verdict = lines[lines.index("The winner re-measured (winner #23) against each arm:") + 1 :]
+    assert verdict == [
+        "* vLLM's defaults (3 fresh starts): +17.4% (95% CI +3.8 to +31.1%); "
+        "side by side, one session",
+        "* the hand-picked combination: +4.3% (95% CI -0.3 to +8.8%); side by side, one session",
+        "* random search's best (#0: vLLM's defaults): +38.8% (95% CI +30.4 to +47.1%); "
+        "not side by side",
+        "* the sweep's best (max_num_seqs=512, max_num_batched_tokens=16384): +6.7% (95% CI "
+        "-9.8 to +23.3%); `vllm bench serve` on both sides, not side by side",
+    ]
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
