@@ -196,10 +196,10 @@ def read_side_dir(tar: Path, out: Path) -> Path | None:
     return out
 
 
-def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
+def sweep_row(side: Path | None, defaults: Sequence[float]) -> Row:
     label = "`vllm bench sweep serve` (max_num_seqs x max_num_batched_tokens)"
     if side is None or not (side / "sweep").is_dir():
-        return [Row(label)]
+        return Row(label)
     state = sweep_state(side / "sweep")
     grid, rows = state["grid"], state["combinations"]
     done = len(grid) - len(state["pending"]) - len(state["failed"])
@@ -211,7 +211,7 @@ def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
     best = state["best"]
     if best is None:
         row.tok_s = "no run finished yet"
-        return [row]
+        return row
     row.values = [r["output_throughput"] for r in best["runs"] if r["output_throughput"]]
     defaults_point = next((r for r in rows if combo_key(r) == VLLM_DEFAULTS_H200), None)
     mark = " (= vLLM's defaults)" if combo_key(best) == VLLM_DEFAULTS_H200 else ""
@@ -225,7 +225,7 @@ def sweep_row(side: Path | None, defaults: Sequence[float]) -> list[Row]:
         row.gain = gain(row.values, own) + " over its own 1024 x 8192 point"
     else:
         row.gain = gain(row.values, defaults) + " (another client)"
-    return [row]
+    return row
 
 
 def _label(study: optuna.Study, number: int) -> str:
@@ -279,56 +279,47 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     return rows
 
 
-def agreement_row(side: Path | None) -> list[Row]:
+def agreement_row(side: Path | None) -> Row:
     label = "winner, one fresh start, `vllm bench serve` vs autotune's client"
     results = side / "results.json" if side is not None else None
     if results is None or not results.is_file():
-        return [Row(label)]
+        return Row(label)
     g = json.loads(results.read_text()).get("agreement")
     if not g:
-        return [Row(label)]
+        return Row(label)
     v = [r["output_throughput"] for r in g["runs"] if r["tool"] == "vllm bench serve"]
     a = [r["output_throughput"] for r in g["runs"] if r["tool"] == "autotune loadgen"]
-    return [
-        Row(
-            label,
-            restarts=str(g.get("restarts", 1)),
-            config=f"#{g['winner_trial']}",
-            tok_s=f"{fmt_tok(v)} vs {fmt_tok(a)}",
-            gain=f"vllm bench serve {100 * g['rel_diff']:+.1f}% vs autotune's client",
-            values=v,  # by `vllm bench serve`: what the sweep's row is measured with
-        )
-    ]
+    return Row(
+        label,
+        restarts=str(g.get("restarts", 1)),
+        config=f"#{g['winner_trial']}",
+        tok_s=f"{fmt_tok(v)} vs {fmt_tok(a)}",
+        gain=f"vllm bench serve {100 * g['rel_diff']:+.1f}% vs autotune's client",
+        values=v,  # by `vllm bench serve`: what the sweep's row is measured with
+    )
 
 
-def verdict(rows: Mapping[str, Row]) -> list[str]:
+def verdict(
+    *, winner: Row, defaults: Row, hand: Row, random: Row, sweep: Row, agreement: Row
+) -> list[str]:
     """Issue 28's done criterion, one line per arm: the winner re-measured from fresh starts
     against the defaults, the hand-picked combination, random search's and the sweep's best,
     each saying whether the two sides ran side by side (a gain across sessions or machines
     carries their drift: on the H100 the defaults differed by 17% between machines). The
     sweep's best is compared by its own client, `vllm bench serve`, with the agreement run's
     measurement of the winner; without one, with autotune's figure of it."""
-    winner = rows["winner"]
     if not winner.values:
         return []
     same, other = "side by side, one session", "not side by side"
+    by_vllm = (agreement.values, "`vllm bench serve` on both sides")
+    by_ours = (winner.values, "autotune's client against `vllm bench serve`")
+    sweep_values, client = by_vllm if agreement.values else by_ours
     pairs = [
-        ("vLLM's defaults (3 fresh starts)", rows["defaults"].values, winner.values, same),
-        ("the hand-picked combination", rows["hand"].values, winner.values, same),
-        (f"random search's best ({rows['random'].config})", rows["random"].values,
-         winner.values, other),
-    ]  # fmt: skip
-    sweep, agreement = rows["sweep"], rows["agreement"]
-    if agreement.values:
-        pairs.append(
-            (f"the sweep's best ({sweep.config})", sweep.values, agreement.values,
-             "`vllm bench serve` on both sides, not side by side")
-        )  # fmt: skip
-    else:
-        pairs.append(
-            (f"the sweep's best ({sweep.config})", sweep.values, winner.values,
-             "autotune's client against `vllm bench serve`, not side by side")
-        )  # fmt: skip
+        ("vLLM's defaults (3 fresh starts)", defaults.values, winner.values, same),
+        ("the hand-picked combination", hand.values, winner.values, same),
+        (f"random search's best ({random.config})", random.values, winner.values, other),
+        (f"the sweep's best ({sweep.config})", sweep.values, sweep_values, f"{client}, {other}"),
+    ]
     out = [f"The {winner.arm} against each arm:"]
     for name, reference, values, where in pairs:
         if reference:
@@ -361,7 +352,8 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
             row.gain = gain(row.values, defaults)
     with tempfile.TemporaryDirectory(prefix="h200-side-") as tmp:
         side = read_side_dir(here / f"{study}-side-by-side.tar.gz", Path(tmp))
-        rows = [tpe, rnd, *sweep_row(side, defaults), *check, *agreement_row(side)]
+        sweep, agreement = sweep_row(side, defaults), agreement_row(side)
+    rows = [tpe, rnd, sweep, *check, agreement]
     out = [
         f"## {study}: side by side on one {card} (budget {budget} restarts per tuning arm)",
         "",
@@ -373,9 +365,10 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         "|---|---|---|---|---|---|",
         *(r.line() for r in rows),
     ]
-    named = {"random": rnd, "sweep": rows[2], "defaults": check[0], "hand": check[1]}
-    named |= {"winner": check[2], "agreement": rows[-1]}
-    lines = verdict(named)
+    lines = verdict(
+        winner=check[2], defaults=check[0], hand=check[1], random=rnd, sweep=sweep,
+        agreement=agreement,
+    )  # fmt: skip
     return out + ["", *lines] if lines else out
 
 
