@@ -25,6 +25,10 @@ class ServiceSpec(BaseModel):
     argv: tuple[str, ...]
     env: dict[str, str] = Field(default_factory=dict)
     unset_env: tuple[str, ...] = ()
+    scratch_env: tuple[str, ...] = ()
+    """Variables the manager sets to a directory of this service's own, emptied before each
+    start and removed after a stop (the engine's files it never cleans up: vLLM's sockets).
+    Not in the fingerprint: where the files go does not change what the service does."""
     host: str = "127.0.0.1"
     port: int
     health_url: str
@@ -76,3 +80,13 @@ class ServiceSpec(BaseModel):
             parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
         parts += list(self.argv)
         return shlex.join(parts)
+
+
+def scratch_name(where: str, service: str) -> str:
+    """The name of ``service``'s scratch directory (:attr:`ServiceSpec.scratch_env`) in its
+    host's temp directory (or systemd's runtime directory): short, since engines put Unix
+    sockets in it (107 bytes a path), and the same at every start of that service from
+    ``where`` (its manager's run directory, or its unit), so a start after a crash empties
+    what the last one left."""
+    digest = hashlib.sha256(f"{where}\0{service}".encode()).hexdigest()[:12]
+    return f"autotune-{digest}"

@@ -20,6 +20,7 @@ Quoting follows systemd.exec(5), systemd.service(5) and systemd.syntax(7):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from autotune.errors import ConfigError
 
@@ -83,3 +84,19 @@ def exec_word(word: str) -> str:
     if SAFE_WORD.fullmatch(word):
         return word
     return f'"{escape(word, dollar=True)}"'
+
+
+def scratch_lines(variables: Sequence[str], directory: str, *, service: str) -> list[str]:
+    """A service's scratch variables (``ServiceSpec.scratch_env``: where the engine leaves
+    files it never removes) in a unit or drop-in: systemd makes ``RuntimeDirectory=`` (under
+    ``/run``, ``%t``; owned by the unit's ``User=``) before each start and removes it at each
+    stop, which is what the local and process managers do by hand."""
+    if not variables:
+        return []
+    for var in variables:
+        check_env_name(var, service=service)
+    return [
+        f"RuntimeDirectory={directory}",
+        "RuntimeDirectoryMode=0700",
+        *(f'Environment="{var}=%t/{directory}"' for var in sorted(set(variables))),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
@@ -36,9 +37,13 @@ FAST_CONFIG: dict[str, object] = {
 
 
 def autotune_cli(
-    *args: str, cwd: Path, timeout: float = 300, check: bool = True
+    *args: str,
+    cwd: Path,
+    timeout: float = 300,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", *args],
         cwd=cwd,
@@ -69,8 +74,16 @@ class TunedStudy:
         self.cwd, self.db, self.run = cwd, db, run
 
     @classmethod
-    def tune(cls, cwd: Path, study_file: Path, trials: int, timeout: float) -> Self:
-        """``autotune run --trials TRIALS`` of ``study_file`` in ``cwd``, into ``cwd/STUDY.db``."""
+    def tune(
+        cls,
+        cwd: Path,
+        study_file: Path,
+        trials: int,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+    ) -> Self:
+        """``autotune run --trials TRIALS`` of ``study_file`` in ``cwd``, into ``cwd/STUDY.db``
+        (``env``: variables added to this process's for the run)."""
         db = cwd / f"{cls.study}.db"
         run = autotune_cli(
             "run",
@@ -80,6 +93,7 @@ class TunedStudy:
             "--trials", str(trials),
             cwd=cwd,
             timeout=timeout,
+            env=env,
         )  # fmt: skip
         return cls(cwd=cwd, db=db, run=run)
 

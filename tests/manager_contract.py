@@ -88,6 +88,9 @@ class Rig(ABC):
     fail_fast_s: float
     """How soon a service that died before it was ready must be reported (the manager's
     check interval plus a busy machine's margin)."""
+    scratch_is_the_managers: bool = True
+    """The manager picks the scratch directory's path (short enough for a Unix socket in
+    it); under systemd it is systemd's ``%t`` (``/run``), the fake's a test directory."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
@@ -113,6 +116,7 @@ class Rig(ABC):
         *args: str,
         depends_on: Sequence[str] = (),
         timeout_s: float = 20.0,
+        scratch_env: Sequence[str] = (),
     ) -> ServiceSpec:
         port = self.ports.setdefault(name, free_port())
         fields: dict[str, object] = {
@@ -124,6 +128,7 @@ class Rig(ABC):
             "ready_timeout_s": timeout_s,
             "log_file": str(self.tmp_path / f"{name}.log"),
             "depends_on": tuple(depends_on),
+            "scratch_env": tuple(scratch_env),
             **self.placement(name),
         }
         return ServiceSpec.model_validate(fields)
@@ -285,3 +290,29 @@ class ManagerContract:
         assert new != old and wait_until(lambda: not running(old), timeout_s=5)
         fresh.close()
         assert not running(new) and wait_until(lambda: port_free(spec.port), timeout_s=5)
+
+    def test_a_scratch_directory_is_the_services_own_and_goes_with_it(self, rig: Rig) -> None:
+        """``scratch_env`` (vLLM's sockets): a directory of the service's own, empty at each
+        start, owner-only, removed once the service has stopped, even after a crash of the
+        tuner; a spec without it gets no variable."""
+        var = "AUTOTUNE_TEST_SCRATCH"
+        spec = rig.spec("svc", "--leave-file-in", var, scratch_env=(var,))
+        killed = rig.launcher()
+        first = killed.apply({"svc": spec}).info["svc"]
+        scratch = Path(first["scratch"])
+        assert scratch.is_absolute()
+        if rig.scratch_is_the_managers:  # room for vLLM's socket names (a uuid4) in 107 bytes
+            assert len(f"{scratch}/{'x' * 36}") <= 107
+        assert scratch.is_dir() and scratch.stat().st_mode & 0o777 == 0o700
+        assert [p.name for p in scratch.iterdir()] == [f"left-by-{first['pid']}"]
+        # The tuner dies; the next session's start stops the leftover and starts afresh.
+        fresh = rig.launcher()
+        second = fresh.apply({"svc": spec}).info["svc"]
+        assert second["pid"] != first["pid"]
+        again = Path(second["scratch"])
+        assert [p.name for p in again.iterdir()] == [f"left-by-{second['pid']}"]
+        fresh.stop_all()
+        assert not again.exists() and not scratch.exists()
+        plain = rig.spec("plain", "--leave-file-in", var)
+        assert fresh.apply({"plain": plain}).info["plain"]["scratch"] == ""
+        fresh.close()

@@ -325,3 +325,35 @@ def test_client_cpus_must_leave_the_services_a_cpu_and_be_the_tuners(tmp_path: P
     with pytest.raises(ConfigError, match="may not run on") as info:
         render(SPACE, dep, {}, run_dir=tmp_path)
     assert info.value.allowed == [format_cpu_list(mine)]
+
+
+VLLM_DEP = """
+name: v
+endpoint: http://${worker.host}:${worker.port}
+model: m/M
+services:
+  worker:
+    command: [vllm, serve, /models/m, --port, "${port}"]
+    port: auto
+  pinned:
+    command: [vllm, serve, /models/m, --port, "${port}"]
+    env: {VLLM_RPC_BASE_PATH: /srv/rpc}
+    port: auto
+  other:
+    command: ["${python}", -m, srv, --port, "${port}"]
+    port: auto
+"""
+
+
+def test_an_engine_that_leaves_files_gets_a_scratch_directory(tmp_path: Path) -> None:
+    """vLLM's sockets (VLLM_RPC_BASE_PATH) go to a directory the manager removes; a
+    deployment that set the variable keeps its value; other programs get none, and where
+    the files go is not a restart (the fingerprint)."""
+    path = tmp_path / "v.yaml"
+    path.write_text(textwrap.dedent(VLLM_DEP))
+    specs = render(FakeSpace({}), load_deployment(path), {}, run_dir=tmp_path)
+    assert specs["worker"].scratch_env == ("VLLM_RPC_BASE_PATH",)
+    assert "VLLM_RPC_BASE_PATH" not in specs["worker"].env
+    assert specs["pinned"].scratch_env == () and specs["other"].scratch_env == ()
+    bare = specs["worker"].model_copy(update={"scratch_env": ()})
+    assert bare.fingerprint() == specs["worker"].fingerprint()

@@ -143,6 +143,12 @@ class BaseEngine(abc.ABC):
     SGLang server counts as SGLang: it takes SGLang's options."""
     env_prefixes: ClassVar[tuple[str, ...]] = ()
     """Variables with these prefixes are checked against the manifest's variable registry."""
+    scratch_env: ClassVar[tuple[str, ...]] = ()
+    """Variables that name where the engine puts files it never removes (vLLM's ZMQ socket
+    files, about 7 a start, in the system temp directory even after a clean stop): the
+    service manager points them at a directory of the service's own, emptied at each start
+    and removed once the service has stopped (:attr:`autotune.specs.ServiceSpec.scratch_env`).
+    A deployment that sets one itself keeps its value."""
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = ()
     start_stages: ClassVar[tuple[StartStage, ...]] = ()
     metrics: ClassVar[EngineMetrics] = EngineMetrics()

@@ -20,6 +20,9 @@ class VLLMEngine(BaseEngine):
     default_version: ClassVar[str | None] = "0.32.0"
     programs: ClassVar[tuple[str, ...]] = ("vllm serve", "vllm.entrypoints.openai.api_server")
     env_prefixes: ClassVar[tuple[str, ...]] = ("VLLM_",)
+    # vllm/utils (get_open_zmq_ipc_path): the engine core's sockets are "ipc://" paths under
+    # VLLM_RPC_BASE_PATH (default: the system temp directory), never unlinked at exit.
+    scratch_env: ClassVar[tuple[str, ...]] = ("VLLM_RPC_BASE_PATH",)
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = (
         # vllm/v1/core/kv_cache_utils.py: the KV cache is smaller than one max-length request.
         FailurePattern(88, "cuda_oom", r"larger than the available KV cache memory"),

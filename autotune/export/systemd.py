@@ -28,6 +28,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from autotune.engines import engine_for_command
 from autotune.errors import ConfigError
 from autotune.export.credentials import (
     PLACEHOLDER,
@@ -40,6 +41,7 @@ from autotune.export.credentials import (
 )
 from autotune.export.topology import dependencies, start_order
 from autotune.results import ServiceRecord, TrialResult
+from autotune.specs import scratch_name
 from autotune.unitfile import (
     CONTROL,
     DROPIN_NAME,
@@ -50,6 +52,7 @@ from autotune.unitfile import (
     escape,
     exec_line,  # noqa: F401  (re-exported: it was defined here)
     exec_word,
+    scratch_lines,
 )
 
 DEFAULT_READY_TIMEOUT_S = 600.0
@@ -112,6 +115,7 @@ def export_systemd(
             user=user,
             workdir=workdir if workdir is not None else rec.workdir,
             env_file=env_file,
+            unit=units[name],
         )
         rendered[name] = (
             _unit_text(trial, name, [units[d] for d in deps[name]], service_lines),
@@ -243,6 +247,7 @@ def _service_lines(
     user: str | None,
     workdir: str | None,
     env_file: str | None,
+    unit: str,
 ) -> dict[str, list[str]]:
     """Shared [Service] settings of unit and drop-in, grouped by purpose."""
     if not rec.argv:
@@ -265,6 +270,15 @@ def _service_lines(
         for var in sorted(rec.unset_env):
             check_env_name(var, service=name)
         unset = ["UnsetEnvironment=" + " ".join(sorted(rec.unset_env))]
+    # What the tuner's managers gave the engine (vLLM's sockets: a directory systemd removes
+    # at each stop, instead of ~7 files left in /tmp per restart), unless the study set it.
+    engine = engine_for_command(rec.argv)
+    scratch = [
+        var
+        for var in (engine.scratch_env if engine is not None else ())
+        if var not in rec.env and var not in rec.unset_env
+    ]
+    unset += scratch_lines(scratch, scratch_name(unit, name), service=name)
     if isinstance(split.argv[0], Ref):
         raise ConfigError(f"service '{name}': argv[0] is a secret", field=f"services.{name}.argv")
     ready = rec.ready_timeout_s if rec.ready_timeout_s is not None else DEFAULT_READY_TIMEOUT_S

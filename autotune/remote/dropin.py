@@ -29,8 +29,14 @@ from collections.abc import Mapping, Sequence
 
 from autotune.errors import ConfigError
 from autotune.secrets import looks_secret, redact_argv
-from autotune.specs import ServiceSpec
-from autotune.unitfile import DROPIN_NAME, check_env_name, environment_line, exec_line
+from autotune.specs import ServiceSpec, scratch_name
+from autotune.unitfile import (
+    DROPIN_NAME,
+    check_env_name,
+    environment_line,
+    exec_line,
+    scratch_lines,
+)
 
 __all__ = [
     "DROPIN_NAME",
@@ -121,6 +127,7 @@ def render_dropin(spec: ServiceSpec, *, executable: str, deployment: str, unit: 
     ]
     if unset:
         lines.append("UnsetEnvironment=" + " ".join(unset))
+    lines += scratch_lines(spec.scratch_env, scratch_name(unit, name), service=name)
     if spec.workdir is not None:
         lines.append("WorkingDirectory=" + _workdir(spec.workdir, service=name))
     lines += [

@@ -382,3 +382,33 @@ def test_export_dispatch_for_systemd(tmp_path: Path, pd_trial: TrialResult) -> N
     assert isinstance(written, list) and (tmp_path / "out" / "install.sh") in written
     with pytest.raises(ConfigError, match="output directory"):
         export(pd_trial, fmt="systemd", out_dir=None)
+
+
+@needs_systemd
+def test_a_vllm_unit_gets_a_runtime_directory_for_its_sockets(tmp_path: Path) -> None:
+    """vLLM leaves ~7 ZMQ socket files in the temp directory at every start
+    (``VLLM_RPC_BASE_PATH``): the exported unit points it at a ``RuntimeDirectory=``, which
+    systemd removes at each stop; a study that set the variable keeps its own value."""
+    argv = [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m"]
+    trial = one_service_trial(tmp_path / "a", argv=argv)
+    export_systemd(trial, out_dir=tmp_path / "out")
+    unit = tmp_path / "out" / "units" / "autotune-worker.service"
+    assert_clean(unit)
+    text = unit.read_text()
+    (directory,) = settings(text, "RuntimeDirectory")
+    assert re.fullmatch(r"autotune-[0-9a-f]{12}", directory)
+    assert settings(text, "RuntimeDirectoryMode") == ["0700"]
+    assert f'Environment="VLLM_RPC_BASE_PATH=%t/{directory}"' in text.splitlines()
+    dropin = tmp_path / "out" / "dropins" / "autotune-worker.service.d" / "50-autotune.conf"
+    assert f"RuntimeDirectory={directory}" in dropin.read_text().splitlines()
+
+    own = one_service_trial(tmp_path / "b", argv=argv, env={"VLLM_RPC_BASE_PATH": "/srv/rpc"})
+    export_systemd(own, out_dir=tmp_path / "own")
+    text = (tmp_path / "own" / "units" / "autotune-worker.service").read_text()
+    assert settings(text, "RuntimeDirectory") == []
+    assert 'Environment="VLLM_RPC_BASE_PATH=/srv/rpc"' in text.splitlines()
+    # Not an engine that leaves files: nothing added.
+    plain = one_service_trial(tmp_path / "c", argv=[PY, "-c", "pass"])
+    export_systemd(plain, out_dir=tmp_path / "plain")
+    text = (tmp_path / "plain" / "units" / "autotune-worker.service").read_text()
+    assert settings(text, "RuntimeDirectory") == []

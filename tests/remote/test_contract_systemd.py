@@ -18,6 +18,7 @@ from autotune.remote.managers import SystemdManager
 
 class SystemdRig(Rig):
     fail_fast_s = 5.0  # the host side is checked once a second
+    scratch_is_the_managers = False
 
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(tmp_path)

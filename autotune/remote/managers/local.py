@@ -29,9 +29,11 @@ import errno
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -51,7 +53,7 @@ from autotune.remote.managers.base import (
     port_in_use,
 )
 from autotune.secrets import redacted_command
-from autotune.specs import ServiceSpec
+from autotune.specs import ServiceSpec, scratch_name
 
 STATE_FILE = "state.json"
 RUN_DIR_VAR = "AUTOTUNE_LOCAL_RUN_DIR"
@@ -80,6 +82,8 @@ class _Proc:
     started_at: str
     popen: subprocess.Popen[bytes] | None = None
     log_offset: int = 0
+    scratch: str = ""
+    """The service's scratch directory (``spec.scratch_env``), removed once it has stopped."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +94,7 @@ class _Proc:
             "log_file": self.log_file,
             "command": self.command,
             "started_at": self.started_at,
+            "scratch": self.scratch,
         }
 
 
@@ -149,6 +154,10 @@ class LocalManager(ServiceManager):
             env.pop(key, None)
         env.update(spec.env)
         env[RUN_DIR_VAR] = str(self.run_dir.resolve())
+        scratch = self._fresh_scratch(spec)
+        for var in spec.scratch_env:
+            if var not in os.environ:  # exported by the user: theirs
+                env[var] = scratch
         command = redacted_command(spec.argv, spec.env, spec.unset_env)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -190,6 +199,7 @@ class LocalManager(ServiceManager):
             started_at=started_at,
             popen=popen,
             log_offset=offset,
+            scratch=scratch,
         )
         self._procs[spec.name] = self._last[spec.name] = proc
         self._save_state()
@@ -207,8 +217,10 @@ class LocalManager(ServiceManager):
             with self._state_lock:
                 if _proc_alive(p):
                     self._leftovers[name] = p  # stuck: stop_leftovers tries again
-                elif own is not None:
-                    _log_stop(p)
+                else:
+                    _remove_scratch(p)
+                    if own is not None:
+                        _log_stop(p)
                 self._save_state()
 
     def alive(self, name: str) -> bool:
@@ -278,6 +290,9 @@ class LocalManager(ServiceManager):
         for p in leftovers:
             on_event(p.name, "stopping leftover")
         _terminate(leftovers, grace_s=self.stop_grace_s)
+        for p in self._leftovers.values():
+            if not _proc_alive(p):
+                _remove_scratch(p)
         self._leftovers = {n: p for n, p in self._leftovers.items() if _proc_alive(p)}
         self._save_state()
 
@@ -287,6 +302,24 @@ class LocalManager(ServiceManager):
         self._procs.clear()
 
     # ------------------------------------------------------------------ helpers
+    def _fresh_scratch(self, spec: ServiceSpec) -> str:
+        """An empty directory of the service's own (owner-only) for ``spec.scratch_env``, or
+        "" when it has none. In the system temp directory, not the run directory: the engine
+        puts Unix sockets there (:func:`~autotune.specs.scratch_name`)."""
+        if not spec.scratch_env:
+            return ""
+        path = Path(tempfile.gettempdir()) / scratch_name(str(self.run_dir.resolve()), spec.name)
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            path.mkdir(mode=0o700)
+        except OSError as exc:  # another user's, or the temp directory unwritable
+            raise LaunchError(
+                f"cannot make the scratch directory {path} ({', '.join(spec.scratch_env)}): {exc}",
+                service=spec.name,
+                failure=Failure.host_unreachable.value,
+            ) from None
+        return str(path)
+
     def _save_state(self) -> None:
         # The launcher stops independent services concurrently (threads): one writer at a
         # time, each with a file of its own until the rename.
@@ -320,6 +353,7 @@ def _read_state(path: Path) -> dict[str, _Proc]:
                 log_file=str(s.get("log_file", "")),
                 command=str(s.get("command", "")),
                 started_at=str(s.get("started_at", "")),
+                scratch=str(s.get("scratch", "")),
             )
             for name, s in services.items()
         }
@@ -444,6 +478,11 @@ def _wait_gone(procs: Sequence[_Proc], *, timeout_s: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+
+
+def _remove_scratch(p: _Proc) -> None:
+    if p.scratch:
+        shutil.rmtree(p.scratch, ignore_errors=True)
 
 
 # --------------------------------------------------------------------- logs

@@ -43,7 +43,7 @@ from autotune.remote.managers import hostops
 from autotune.remote.managers.base import ShellManager, last_lines, lines_after
 from autotune.remote.shell import Shell
 from autotune.secrets import redact_argv, redact_env, redacted_command
-from autotune.specs import ServiceSpec
+from autotune.specs import ServiceSpec, scratch_name
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXITED = re.compile(r"^=== autotune: exited with code (-?\d+)$", re.MULTILINE)
@@ -51,7 +51,7 @@ _READ_LIMIT = 1 << 20
 _TAIL_BYTES = 256 * 1024
 
 _START = r"""
-run=$1; log=$2; pidf=$3; header=$4; workdir=$5; check=$6; envf=$7; shift 7
+run=$1; log=$2; pidf=$3; header=$4; workdir=$5; check=$6; envf=$7; scratch=$8; shift 8
 mask=$(umask)
 umask 077
 mkdir -p "$run" || exit 1
@@ -69,6 +69,14 @@ if [ -n "$check" ]; then
     */*) [ -f "$check" ] && [ -x "$check" ] ;;
     *) command -v "$check" >/dev/null 2>&1 ;;
   esac || { echo "=== autotune: executable not found: $check" >> "$log"; echo noexe; exit 0; }
+fi
+if [ -n "$scratch" ]; then
+  scratch="${TMPDIR:-/tmp}/$scratch"
+  rm -rf "$scratch"
+  mkdir -m 700 "$scratch" 2>/dev/null || {
+    echo "=== autotune: cannot make the scratch directory $scratch" >> "$log"
+    echo "noscratch $scratch"; exit 0; }
+  AUTOTUNE_SCRATCH=$scratch; export AUTOTUNE_SCRATCH
 fi
 leader='echo "$$" > "$1"; umask "$2"; . "$3" || exit 126; shift 3; "$@"; rc=$?
 echo "=== autotune: exited with code $rc"; exit $rc'
@@ -97,9 +105,10 @@ if [ -f "$meta" ]; then printf 'meta '; tr -d '\n' < "$meta"; echo; fi
 """
 
 _AFTER_STOP = r"""
-log=$1; pidf=$2; line=$3
+log=$1; pidf=$2; line=$3; scratch=$4
 printf '%s\n' "$line" >> "$log" 2>/dev/null
 rm -f "$pidf"
+[ -z "$scratch" ] || rm -rf "${TMPDIR:-/tmp}/$scratch"
 """
 
 _LIST = r"""
@@ -201,6 +210,7 @@ class ProcessManager(ShellManager):
                 spec.workdir or "",
                 check,
                 envf,
+                self._scratch(name) if spec.scratch_env else "",
                 *spec.argv,
             )
         )
@@ -251,7 +261,11 @@ class ProcessManager(ShellManager):
             if members
             else f"=== autotune: {name} was not running at {when}"
         )
-        self.shell.run(hostops.script(_AFTER_STOP, self.logfile(name), self.pidfile(name), line))
+        # The scratch directory goes with the processes that use it, never from under one.
+        scratch = "" if stuck else self._scratch(name)
+        self.shell.run(
+            hostops.script(_AFTER_STOP, self.logfile(name), self.pidfile(name), line, scratch)
+        )
         if meta:
             meta.update(state="stopped", stopped_at=when, stopped_pids=members)
             self._write_meta(name, meta)
@@ -351,8 +365,20 @@ class ProcessManager(ShellManager):
         self.shell.put_text(self.metafile(name), text, mode=0o600)
         self._meta[name] = meta
 
+    def _scratch(self, name: str) -> str:
+        """The name of the service's scratch directory in the host's temp directory."""
+        return scratch_name(self.run_dir, name)
+
     def _fail_start(self, spec: ServiceSpec, what: str, stderr: str) -> None:
         name = spec.name
+        if what == "noscratch":
+            raise LaunchError(
+                f"cannot make the scratch directory of service '{name}' "
+                f"({', '.join(spec.scratch_env)}) in the temp directory of {self.shell.name} "
+                f"(its log: {self.log_location(name)})",
+                service=name,
+                failure=Failure.host_unreachable.value,
+            )
         if what == "noexe":
             raise ConfigError(
                 f"service '{name}': executable '{spec.argv[0]}' not found on host "
@@ -382,6 +408,9 @@ def env_file_text(spec: ServiceSpec) -> str:
         lines.append(f"unset {_env_name(var, service=spec.name)}")
     for var, value in sorted(spec.env.items()):
         lines.append(f"export {_env_name(var, service=spec.name)}={shlex.quote(value)}")
+    for var in sorted(set(spec.scratch_env)):  # the host's own value first, as locally
+        name = _env_name(var, service=spec.name)
+        lines.append(f'export {name}="${{{name}:-$AUTOTUNE_SCRATCH}}"')
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,10 @@ Like systemd, a unit that was loaded keeps its loaded configuration until ``daem
 list, ``Type=simple`` with more than one ``ExecStart=`` is a bad setting, ``%%`` is the only
 ``%`` escape accepted in values (an unknown specifier is a bad setting), ``$$``/``${VAR}``/
 ``$VAR`` are substituted in ``ExecStart=`` only, and quoting follows systemd.syntax(7).
+``RuntimeDirectory=`` is made (``RuntimeDirectoryMode=``) under the fake's runtime directory,
+``%t`` (``$FAKE_SYSTEMD_STATE_DIR/runtime``; systemd's ``/run``), afresh at each start, and
+removed once the unit's processes are gone: systemd does it when the unit stops, the fake (no
+daemon) the next time it looks at the unit.
 
 Written from systemd.syntax(7), systemd.service(5) and systemd.exec(5) for the tests, not
 from autotune's code (the escaping it checks is autotune's).
@@ -22,6 +26,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,8 +148,14 @@ def split_words(text: str) -> list[str]:
     return words
 
 
+def runtime_root() -> Path:
+    """``%t``: where ``RuntimeDirectory=`` directories are made."""
+    return state_dir() / "runtime"
+
+
 def specifiers(word: str, unit: str) -> str:
-    """``%%`` -> ``%``, ``%n``/``%N`` the unit name; any other specifier is an error."""
+    """``%%`` -> ``%``, ``%n``/``%N`` the unit name, ``%t`` the runtime directory; any other
+    specifier is an error."""
 
     def repl(m: re.Match[str]) -> str:
         spec = m.group(1)
@@ -154,6 +165,8 @@ def specifiers(word: str, unit: str) -> str:
             return unit
         if spec == "N":
             return unit.rsplit(".", 1)[0]
+        if spec == "t":
+            return str(runtime_root())
         raise BadSetting(f"unsupported specifier %{spec} in {word!r}")
 
     return re.sub(r"%(.)", repl, word)
@@ -189,6 +202,8 @@ def load_unit(unit: str) -> dict[str, Any]:
         "env": {},
         "unset": [],
         "workdir": None,
+        "runtime_dirs": [],
+        "runtime_mode": "0755",
         "type": "simple",
         "timeout_stop": STOP_TIMEOUT_S,
         "dropins": [str(p) for p in dropins],
@@ -218,6 +233,18 @@ def load_unit(unit: str) -> dict[str, Any]:
                 if not value:
                     cfg["unset"] = []
                 cfg["unset"] += [specifiers(w, unit) for w in split_words(value)]
+            elif key == "RuntimeDirectory":
+                if not value:
+                    cfg["runtime_dirs"] = []
+                for word in split_words(value):
+                    word = specifiers(word, unit)
+                    if word.startswith("/") or ".." in word.split("/"):
+                        raise BadSetting(f"RuntimeDirectory= path is not relative: {word!r}")
+                    cfg["runtime_dirs"].append(word)
+            elif key == "RuntimeDirectoryMode":
+                if not re.fullmatch(r"0?[0-7]{3,4}", value):
+                    raise BadSetting(f"invalid RuntimeDirectoryMode= {value!r}")
+                cfg["runtime_mode"] = value
             elif key == "WorkingDirectory":
                 cfg["workdir"] = specifiers(value, unit).lstrip("-") or None
             elif key == "Type":
@@ -281,6 +308,7 @@ def active_state(unit: str) -> str:
     pid = rt.get("pid")
     if pid and _group_alive(int(pid)):
         return "deactivating" if rt.get("stopping") else "active"
+    _remove_runtime_dirs(loaded(unit))  # the unit has ended: systemd would have by now
     if not pid:
         return "inactive"
     try:
@@ -312,6 +340,11 @@ def start(unit: str) -> int:
         if not sep or env.get(key) == value:
             env.pop(key, None)
     argv = expand_exec(cfg["exec"][0], env)
+    _remove_runtime_dirs(cfg)
+    for rel in cfg.get("runtime_dirs", []):
+        path = runtime_root() / rel
+        path.mkdir(parents=True)
+        path.chmod(int(cfg.get("runtime_mode", "0755"), 8))
     journal_dir = state_dir() / "journal" / unit
     journal_dir.mkdir(parents=True, exist_ok=True)
     seq = len(list(journal_dir.glob("*.log")))
@@ -361,6 +394,7 @@ def stop(unit: str, *, block: bool) -> int:
     rt = runtime(unit)
     pid = rt.get("pid")
     if not pid or not _group_alive(int(pid)):
+        _remove_runtime_dirs(loaded(unit))  # ended on its own: systemd would have by now
         return 0
     rt["stopping"] = True
     _write_json(_json_file("run", unit), rt)
@@ -375,7 +409,13 @@ def stop(unit: str, *, block: bool) -> int:
         send(unit, signal.SIGKILL)
         while _group_alive(int(pid)):
             time.sleep(0.02)
+    _remove_runtime_dirs(loaded(unit))
     return 0
+
+
+def _remove_runtime_dirs(cfg: dict[str, Any]) -> None:
+    for rel in cfg.get("runtime_dirs", []):
+        shutil.rmtree(runtime_root() / rel, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- CLIs
