@@ -13,6 +13,9 @@ Besides the trial's command and environment the drop-in sets:
   launcher would never see the failure, while the crash repeats every ``RestartSec``.
 * ``StartLimitIntervalSec=0`` (``[Unit]``): tuning restarts a unit far more often than
   systemd's default start rate limit (5 starts in 10 s) expects of a service.
+* for the engine's scratch variables (``spec.scratch_env``: vLLM's ``VLLM_RPC_BASE_PATH``),
+  a ``RuntimeDirectory=`` they point at, which systemd removes at each stop; like any
+  variable of the trial, the drop-in's value wins over one in the unit's own file.
 
 Mode: ``0644`` like any unit file, ``0600`` when it holds a secret: a variable whose name
 looks secret or a secret flag's value on the command line (:func:`autotune.secrets.looks_secret`:

@@ -37,3 +37,23 @@ def test_the_local_launcher_runs_its_services_through_one_local_manager(tmp_path
     launcher = LocalRig(tmp_path)._new_launcher()
     assert isinstance(launcher, ManagedLauncher)
     assert isinstance(launcher.manager_for(None), LocalManager)  # type: ignore[arg-type]
+
+
+def test_a_scratch_variable_exported_by_the_user_is_theirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``VLLM_RPC_BASE_PATH`` set in the tuner's shell reaches the service as it is, and no
+    scratch directory is made for it."""
+    var = "AUTOTUNE_TEST_SCRATCH"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv(var, str(mine))
+    rig = LocalRig(tmp_path)
+    try:
+        spec = rig.spec("svc", "--leave-file-in", var, scratch_env=(var,))
+        info = rig.launcher().apply({"svc": spec}).info["svc"]
+        assert info["scratch"] == str(mine)
+        assert [p.name for p in mine.iterdir()] == [f"left-by-{info['pid']}"]
+    finally:
+        rig.cleanup()
+    assert mine.is_dir()  # the user's directory is never removed

@@ -154,10 +154,9 @@ class LocalManager(ServiceManager):
             env.pop(key, None)
         env.update(spec.env)
         env[RUN_DIR_VAR] = str(self.run_dir.resolve())
-        scratch = self._fresh_scratch(spec)
-        for var in spec.scratch_env:
-            if var not in os.environ:  # exported by the user: theirs
-                env[var] = scratch
+        wanted = [var for var in spec.scratch_env if var not in os.environ]  # else: theirs
+        scratch = self._fresh_scratch(spec) if wanted else ""
+        env.update(dict.fromkeys(wanted, scratch))
         command = redacted_command(spec.argv, spec.env, spec.unset_env)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
