@@ -30,7 +30,7 @@ from typing import Protocol
 
 from autotune.cpus import format_cpu_list
 from autotune.deployment import Deployment
-from autotune.engines import engine_for_command
+from autotune.engines import scratch_env_for
 from autotune.errors import ConfigError
 from autotune.pinned_env import PINNED_ENV
 from autotune.space.settings import ServiceSettings
@@ -226,17 +226,12 @@ def _render(
             wrapper = ["taskset", "-c", services_cpus, *wrapper]
         log_file = Path(ex(svc.log_file, "log_file")).expanduser()
         workdir = ex(svc.workdir, "workdir") if svc.workdir is not None else None
-        engine = engine_for_command(argv)
         specs[name] = ServiceSpec(
             name=name,
             argv=tuple(wrapper + argv),
             env=dict(sorted(env.items())),
             unset_env=tuple(sorted(settings.unset_env)),
-            scratch_env=tuple(
-                var
-                for var in (engine.scratch_env if engine is not None else ())
-                if var not in env and var not in settings.unset_env
-            ),
+            scratch_env=scratch_env_for(argv, env=env, unset=settings.unset_env),
             host=svc.host,
             port=ports[name],
             health_url=ex(svc.health.url, "health.url"),

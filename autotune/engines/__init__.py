@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +95,18 @@ def engine_for_command(argv: Sequence[str]) -> BaseEngine | None:
     return None
 
 
+def scratch_env_for(
+    argv: Sequence[str], *, env: Collection[str], unset: Collection[str]
+) -> tuple[str, ...]:
+    """The scratch variables (:attr:`BaseEngine.scratch_env`) of the engine ``argv`` runs
+    that the service neither sets (``env``) nor unsets (``unset``): a value of the user's is
+    kept, the scratch directory is for the engine's default."""
+    engine = engine_for_command(argv)
+    if engine is None:
+        return ()
+    return tuple(var for var in engine.scratch_env if var not in env and var not in unset)
+
+
 def all_failure_patterns() -> tuple[FailurePattern, ...]:
     """Every engine's log patterns (a launcher classifying a log need not know the engine)."""
     return tuple(p for cls in ENGINES.values() for p in cls.failure_patterns)
@@ -129,4 +141,5 @@ __all__ = [
     "available_manifests",
     "get_engine",
     "load_manifest",
+    "scratch_env_for",
 ]

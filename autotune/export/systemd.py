@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from autotune.engines import engine_for_command
+from autotune.engines import scratch_env_for
 from autotune.errors import ConfigError
 from autotune.export.credentials import (
     PLACEHOLDER,
@@ -272,12 +272,7 @@ def _service_lines(
         unset = ["UnsetEnvironment=" + " ".join(sorted(rec.unset_env))]
     # What the tuner's managers gave the engine (vLLM's sockets: a directory systemd removes
     # at each stop, instead of ~7 files left in /tmp per restart), unless the study set it.
-    engine = engine_for_command(rec.argv)
-    scratch = [
-        var
-        for var in (engine.scratch_env if engine is not None else ())
-        if var not in rec.env and var not in rec.unset_env
-    ]
+    scratch = scratch_env_for(rec.argv, env=rec.env, unset=rec.unset_env)
     unset += scratch_lines(scratch, scratch_name(unit, name), service=name)
     if isinstance(split.argv[0], Ref):
         raise ConfigError(f"service '{name}': argv[0] is a secret", field=f"services.{name}.argv")

@@ -302,11 +302,9 @@ class LocalManager(ServiceManager):
 
     # ------------------------------------------------------------------ helpers
     def _fresh_scratch(self, spec: ServiceSpec) -> str:
-        """An empty directory of the service's own (owner-only) for ``spec.scratch_env``, or
-        "" when it has none. In the system temp directory, not the run directory: the engine
-        puts Unix sockets there (:func:`~autotune.specs.scratch_name`)."""
-        if not spec.scratch_env:
-            return ""
+        """An empty directory of the service's own (owner-only) for ``spec.scratch_env``, in
+        the system temp directory, not the run directory: the engine puts Unix sockets there
+        (:func:`~autotune.specs.scratch_name`)."""
         path = Path(tempfile.gettempdir()) / scratch_name(str(self.run_dir.resolve()), spec.name)
         shutil.rmtree(path, ignore_errors=True)
         try:
