@@ -289,10 +289,9 @@ class LocalManager(ServiceManager):
         for p in leftovers:
             on_event(p.name, "stopping leftover")
         _terminate(leftovers, grace_s=self.stop_grace_s)
-        for p in self._leftovers.values():
-            if not _proc_alive(p):
-                _remove_scratch(p)
-        self._leftovers = {n: p for n, p in self._leftovers.items() if _proc_alive(p)}
+        gone = {n for n, p in self._leftovers.items() if not _proc_alive(p)}  # one /proc scan
+        for name in gone:
+            _remove_scratch(self._leftovers.pop(name))
         self._save_state()
 
     def detach(self) -> None:
