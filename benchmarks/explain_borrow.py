@@ -14,7 +14,10 @@ every other change x1.00 (none measurable in the study), times log-normal run-to
 3.5-8%, the study's re-measurements 1.1%). Borrowed: the 9 runs that
 :func:`autotune.explain.borrowed.borrowable_runs` takes from
 ``benchmarks/h200/vllm-h200-dense-check.db`` (defaults, hand-picked, winner; 3 each), with
-their measured values.
+their measured values; with ``--own-runs`` besides, what the dense study itself lends
+(:func:`autotune.explain.borrowed.own_terms`: not the winner's configuration, at most
+``repeats - 1`` runs of any other, counting the check study's): its trials #23 and #24, the
+winner without fp8 weights and without fp8 KV, and what else of the plan it measured.
 
     .venv/bin/python benchmarks/explain_borrow.py --seeds 200
 
@@ -36,7 +39,7 @@ import optuna  # noqa: E402
 from explain_replay import replay  # noqa: E402
 
 from autotune.explain import ChangeSet, ExplainRun, ExplainSettings, Planner  # noqa: E402
-from autotune.explain.borrowed import borrowable_runs  # noqa: E402
+from autotune.explain.borrowed import borrowable_runs, own_terms  # noqa: E402
 from autotune.results import best_estimate  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 
@@ -74,10 +77,6 @@ def main() -> None:
     assert estimate is not None
     winner = estimate.trial
     offered = borrowable_runs(check, space=space, engine_version=winner.engine_version)
-    borrowed: dict[str, list[ExplainRun]] = {}
-    for run in offered.runs:
-        stored = borrowed.setdefault(run.key, [])
-        stored.append(run.model_copy(update={"index": len(stored)}))
     baseline = space.baseline_params()
     changes = ChangeSet(space, baseline=baseline, winner=winner.config)
     print(
@@ -95,7 +94,19 @@ def main() -> None:
         ("--repeats 2 --no-path", ExplainSettings(repeats=2, max_repeats=4, path=False)),
         ("defaults (--repeats 3, path, minimal)", ExplainSettings()),
     ):
-        for lend in (False, True):
+        lent = _lent(offered.runs)
+        own_leave, per_config = own_terms(changes, settings.repeats)
+        own = borrowable_runs(
+            dense, space=space, engine_version=winner.engine_version, leave=own_leave,
+            per_config=per_config, held={k: len(v) for k, v in lent.items()},
+        )  # fmt: skip
+        arms = {
+            "none": {},
+            f"{len(offered.runs)} runs": lent,
+            f"{len(offered.runs)} + {len(own.runs)} own (--own-runs: "
+            f"{', '.join(_number(r.source) for r in own.runs)})": _lent(offered.runs + own.runs),
+        }
+        for arm, borrowed in arms.items():
             restarts, small = [], 0
             for seed in range(args.seeds):
                 planner = Planner(
@@ -109,7 +120,7 @@ def main() -> None:
                     truth(baseline),  # type: ignore[arg-type]
                     seed=seed,
                     noise=args.noise,
-                    runs={k: list(v) for k, v in borrowed.items()} if lend else None,
+                    runs={k: list(v) for k, v in borrowed.items()} or None,
                 )
                 restarts.append(len(done.measured))
                 kept = set(planner.kept(done.state)) if done.state.order is not None else None
@@ -119,10 +130,24 @@ def main() -> None:
                 )  # fmt: skip
             q = statistics.quantiles(restarts, n=10)
             print(
-                f"| {label} | {'9 runs' if lend else 'none'} | {statistics.median(restarts):.0f} "
+                f"| {label} | {arm} | {statistics.median(restarts):.0f} "
                 f"({q[0]:.0f}-{q[-1]:.0f}) | "
                 + (f"{100 * small / args.seeds:.0f}% |" if settings.minimal else "- |")
             )
+
+
+def _number(source: str | None) -> str:
+    """``#N`` (``#N/R``) of a borrowed run's origin ``STUDY#N``."""
+    return "#" + (source or "").rpartition("#")[2]
+
+
+def _lent(runs: list[ExplainRun]) -> dict[str, list[ExplainRun]]:
+    """Borrowed runs as the explanation stores them: by configuration, in order."""
+    out: dict[str, list[ExplainRun]] = {}
+    for run in runs:
+        stored = out.setdefault(run.key, [])
+        stored.append(run.model_copy(update={"index": len(stored)}))
+    return out
 
 
 if __name__ == "__main__":

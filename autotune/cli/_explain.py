@@ -84,6 +84,13 @@ def explain(
         "--runs-from-file",
         help="Study definition of --runs-from (default studies/THAT.yaml).",
     ),
+    own_runs: bool | None = typer.Option(
+        None,
+        "--own-runs/--no-own-runs",
+        help="Borrow the study's own fresh-start runs of the configurations explained, never "
+        "the winner's, at most repeats - 1 of each (a configuration that lost leans low; "
+        "default: the study file's explain.own_runs, else off).",
+    ),
     show: bool = typer.Option(
         False, "--show", help="Print the stored explanation; measure nothing."
     ),
@@ -124,6 +131,7 @@ def explain(
             "minimal": minimal,
             "drop_together": drop_together,
             "budget": budget,
+            "own_runs": own_runs,
         }.items()
         if v is not None
     }
@@ -228,6 +236,7 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
             f"trial #{e.winner}: {_mean(e.winner_measured)} {unit}; baseline "
             f"{_mean(e.baseline_measured)} {unit}{noise}; {e.runs} runs"
             + (f" + {e.borrowed} borrowed" if e.borrowed else "")
+            + (f" ({e.borrowed_own} from its own trials)" if e.borrowed_own else "")
             + energy
             + ("" if e.complete else f" (incomplete: {e.stopped or 'not finished'})")
         )

@@ -15,8 +15,15 @@ What may be borrowed is what the explanation would have measured itself:
   (checked by :func:`autotune.study.explainer.check_same_conditions`, which knows study
   files: a difference is a ConfigError naming the other study's file and the field, before
   anything is stored);
-* not the explained study itself: its trials chose the winner, so the winner's own figure
-  is the highest of many noisy ones (selection bias); fresh measurements are the point;
+* from the explained study itself, only when asked (``--own-runs``, ``explain.own_runs``)
+  and never a run of the winner's configuration: its trials chose the winner, so the
+  winner's own figure is the highest of many noisy ones (selection bias). Another
+  configuration's figure is conditioned only on not having won, which matters where it came
+  close (a change that bought little loses more often on a low draw, and would look as if it
+  bought more); so at most ``repeats - 1`` of its runs are taken, the earliest first (the
+  order they were measured in, not their figures), and every configuration keeps at least
+  one run the explanation measures itself, in its rounds beside the winner's. On the H200
+  the dense study held two exact reverts of its winner (#23, #24): two restarts of fourteen;
 * per measurement (a completed trial, or one of its re-measurements ``remeasure:N:R``): run
   to its end (no failure, no early abort), from freshly started services (every service
   restarted; not a result reused from an identical trial, not a trial carried by a warm
@@ -35,7 +42,7 @@ configurations only. The explanation says how many runs it borrowed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import optuna
@@ -43,9 +50,11 @@ from optuna.trial import TrialState
 from pydantic import ValidationError
 
 from autotune.errors import ConfigError, StorageError
+from autotune.explain.changes import ChangeSet
 from autotune.explain.record import ExplainRun
 from autotune.results import REMEASURE_PREFIX, carried, feasible
 from autotune.space import SearchSpace
+from autotune.space.expr import same_value
 from autotune.trial.inherited_env import services_changes
 from autotune.trial.record import RemeasureRecord, TrialRecord
 
@@ -76,13 +85,29 @@ def borrowable_runs(
     space: SearchSpace,
     engine_version: Mapping[str, str],
     inherited: Mapping[str, Mapping[str, str] | None] | None = None,
+    leave: Leave | None = None,
+    per_config: int | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> Borrowed:
     """Every measurement of ``source`` the explanation may take as its own (module doc),
     keyed by this study's ``space``; ``engine_version``: the winner's; ``inherited``: what
-    the winner's services inherited (service -> variables, ``None``: not known)."""
+    the winner's services inherited (service -> variables, ``None``: not known); ``leave``:
+    why a configuration (key, values) is not borrowed, None when it may be; ``per_config``:
+    at most this many runs of a configuration, counting ``held`` (runs of it the
+    explanation holds from elsewhere), the earliest first (the explained study's own:
+    :func:`own_terms`)."""
     name = source.study_name
     out = Borrowed(source=name)
     remeasures = _remeasures(source)
+    taken: Counter[str] = Counter()
+    held = held or {}
+
+    def over(key: str) -> str | None:
+        if per_config is not None and taken[key] + held.get(key, 0) >= per_config:
+            return _BEYOND
+        taken[key] += 1
+        return None
+
     for trial in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if carried(trial):
             out.skipped["carried by a warm start"] += 1
@@ -102,7 +127,8 @@ def borrowable_runs(
             key = space.config_key(record.config)
         except (ConfigError, ValueError, TypeError):
             config_why, key = config_why or "not a configuration of this space", ""
-        why = config_why or _own(record)
+        config_why = config_why or (leave(key, record.config) if leave and key else None)
+        why = config_why or _own(record) or over(key)
         if why is not None:
             out.skipped[why] += 1
         else:
@@ -116,6 +142,7 @@ def borrowable_runs(
                 or _not_fresh(again.restarted, record)
                 or _failed(again)
                 or _another_env(inherited, again)
+                or over(key)
             )
             if why_again is not None:
                 out.skipped[why_again] += 1
@@ -125,6 +152,35 @@ def borrowable_runs(
                      again.feasible, again)
             )  # fmt: skip
     return out
+
+
+_BEYOND = "beyond repeats - 1 runs of a configuration (one is the explanation's own)"
+WINNER_LEFT = "the winner's configuration (its figures chose it)"
+UNPLANNED = "not a configuration the explanation measures"
+
+Leave = Callable[[str, Mapping[str, object]], str | None]
+"""Why a configuration (its key and values) is not borrowed; None: it may be."""
+
+
+def own_terms(changes: ChangeSet, repeats: int) -> tuple[Leave, int]:
+    """``leave`` and ``per_config`` of :func:`borrowable_runs` for the explained study's own
+    trials (module doc): only the configurations the explanation may measure (the baseline
+    with some of the winner's ``changes``), not the winner's, at most ``repeats - 1`` runs of
+    each (with one run per configuration, none: every run is the explanation's own)."""
+    winner = changes.space.config_key(changes.winner_config)
+
+    def leave(key: str, config: Mapping[str, object]) -> str | None:
+        if key == winner:
+            return WINNER_LEFT
+        won = changes.winner_config
+        applied = [
+            c.name
+            for c in changes.changes
+            if all(same_value(config.get(lever), won.get(lever)) for lever in c.levers)
+        ]
+        return None if changes.variant(applied).key == key else UNPLANNED
+
+    return leave, max(repeats - 1, 0)
 
 
 def _remeasures(study: optuna.Study) -> dict[int, list[RemeasureRecord]]:

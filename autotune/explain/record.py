@@ -201,7 +201,10 @@ class Explanation(BaseModel):
     runs: int = 0
     """Runs this explanation measured (its budget counts them)."""
     borrowed: int = 0
-    """Runs of its configurations borrowed from other studies (``--runs-from``)."""
+    """Runs of its configurations borrowed from other studies (``--runs-from``) and from the
+    study's own trials (``--own-runs``)."""
+    borrowed_own: int = 0
+    """Of ``borrowed``, those from the explained study's own trials."""
     complete: bool = False
     stopped: str | None = None
     """Why the explanation stopped before the end (the budget), None when complete."""

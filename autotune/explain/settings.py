@@ -30,6 +30,11 @@ class ExplainSettings(BaseModel):
     """Begin the elimination by trying to drop every change the ablation measured as
     negligible at once (:mod:`autotune.explain.elimination`): one candidate instead of a
     close call per change."""
+    own_runs: bool = False
+    """Borrow the fresh-start runs the study itself took of the configurations the
+    explanation measures, never the winner's, at most ``repeats - 1`` of each
+    (:mod:`autotune.explain.borrowed`: a run of a configuration that lost leans low, so it
+    is asked for, not the default)."""
     budget: int | None = Field(None, ge=1, le=10_000)
     """At most this many restarts per invocation (None: what the plan needs); the next
     invocation resumes."""

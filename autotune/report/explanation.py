@@ -91,7 +91,7 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
     )
     text += (
         f"{_e(noise)}. {e.runs} run(s)"
-        + (f" and {e.borrowed} borrowed from a check study" if e.borrowed else "")
+        + _borrowed(e.borrowed, e.borrowed_own)
         + ", each from freshly started services, "
         f"{len(e.effects)} change(s) from the baseline.</p>"
     )
@@ -110,6 +110,15 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
             f"#{e.winner}; `autotune explain --study {study_name}` explains the new one."
         )
     return text + "".join(_note(n) for n in notes)
+
+
+def _borrowed(borrowed: int, own: int) -> str:
+    """Where the borrowed runs came from (:mod:`autotune.explain.borrowed`)."""
+    others = borrowed - own
+    parts = [f"{others} borrowed from another study"] if others else []
+    if own:
+        parts.append(f"{own} borrowed from the study's own trials (not the winner's)")
+    return "".join(f" and {p}" for p in parts)
 
 
 def _minimal(e: Explanation, study_name: str) -> str:

@@ -13,6 +13,7 @@ is written as ``explain:result`` at the end, and after every decision, so ``repo
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from autotune.explain import (
     load_runs,
     load_state,
 )
-from autotune.explain.borrowed import Borrowed, borrowable_runs
+from autotune.explain.borrowed import Borrowed, borrowable_runs, own_terms
 from autotune.explain.record import RESULT_ATTR, STATE_ATTR, run_key
 from autotune.results import best_estimate, objective_label
 from autotune.study._optuna_compat import trial_by_number
@@ -132,52 +133,81 @@ class Explainer:
         sources: Sequence[RunSource],
         winner_trial: int,
         runs: dict[str, list[ExplainRun]],
+        *,
+        changes: ChangeSet | None = None,
+        own_repeats: int | None = None,
     ) -> list[Borrowed]:
         """Store the measurements ``sources`` offer (:mod:`autotune.explain.borrowed`) as
         runs of their configurations, each after the runs of its configuration already
         stored, and added to ``runs`` (the stored runs, read once by :meth:`run`); one
-        borrowed before (same origin) is not stored twice."""
+        borrowed before (same origin) is not stored twice. ``own_repeats``: also the
+        explained study's own trials (``--own-runs``), at most this many runs less one of a
+        configuration ``changes`` (the winner's) makes, never the winner's."""
         ctx = self.ctx
-        have = {r.source for rs in runs.values() for r in rs if r.source is not None}
+        have: set[str | None] = {r.source for rs in runs.values() for r in rs if r.source}
         winner = trial_by_number(ctx.study, winner_trial)
         versions = dict(winner.user_attrs.get("engine_version") or {})
-        inherited = {
-            name: svc.inherited_env
-            for name, svc in TrialRecord.from_attrs(
-                winner.user_attrs, where=f"trial {winner_trial}"
-            ).services.items()
-        }
+        record = TrialRecord.from_attrs(winner.user_attrs, where=f"trial {winner_trial}")
+        inherited = {name: svc.inherited_env for name, svc in record.services.items()}
         out = []
         for src in sources:
             if src.study.study_name == ctx.study.study_name:
                 raise ConfigError(
-                    f"study {ctx.study.study_name!r} cannot borrow its own trials: they chose "
-                    "the winner, so the winner's figure among them is the highest of many "
-                    "noisy ones; borrow from a study that measured it afterwards (a check study)",
+                    f"study {ctx.study.study_name!r} cannot borrow its own trials as another "
+                    "study's: they chose the winner, so the winner's figure among them is the "
+                    "highest of many noisy ones; --own-runs borrows its other configurations' "
+                    "runs (not the winner's), --runs-from a study that measured the winner "
+                    "afterwards (a check study)",
                     field="--runs-from",
                 )
             check_same_conditions(ctx.definition, src.definition)
+        for src in sources:
             offered = borrowable_runs(
                 src.study, space=ctx.space, engine_version=versions, inherited=inherited
             )
-            new = [r for r in offered.runs if r.source not in have]
-            for run in new:
-                stored = runs.setdefault(run.key, [])
-                run = run.model_copy(update={"index": len(stored)})
-                self._store(run_key(run.key, run.index), run.model_dump(mode="json"))
-                stored.append(run)
-                have.add(run.source or "")
-            offered.runs = new
-            ctx.progress.message(f"borrowed {offered.summary()}")
-            out.append(offered)
+            out.append(self._take(offered, runs, have))
+        if own_repeats is not None and changes is not None:
+            own = f"{ctx.study.study_name}#"
+            held = Counter(
+                key for key, rs in runs.items() for r in rs if not (r.source or "").startswith(own)
+            )
+            leave, per_config = own_terms(changes, own_repeats)
+            offered = borrowable_runs(
+                ctx.study,
+                space=ctx.space,
+                engine_version=versions,
+                inherited=inherited,
+                leave=leave,
+                per_config=per_config,
+                held=held,
+            )
+            out.append(self._take(offered, runs, have))
         return out
+
+    def _take(
+        self, offered: Borrowed, runs: dict[str, list[ExplainRun]], have: set[str | None]
+    ) -> Borrowed:
+        """Store what ``offered`` holds that ``have`` (the origins stored) lacks."""
+        new = [r for r in offered.runs if r.source not in have]
+        for run in new:
+            stored = runs.setdefault(run.key, [])
+            run = run.model_copy(update={"index": len(stored)})
+            self._store(run_key(run.key, run.index), run.model_dump(mode="json"))
+            stored.append(run)
+            have.add(run.source)
+        offered.runs = new
+        self.ctx.progress.message(f"borrowed {offered.summary()}")
+        return offered
 
     def run(self, settings: ExplainSettings, sources: Sequence[RunSource] = ()) -> Explanation:
         ctx = self.ctx
         planner = self.planner(settings)
         runs = load_runs(ctx.study)  # read once: from here on, only borrow and this loop add
-        if sources:
-            self.borrow(sources, planner.winner_number, runs)
+        if sources or settings.own_runs:
+            own = settings.repeats if settings.own_runs else None
+            self.borrow(
+                sources, planner.winner_number, runs, changes=planner.changes, own_repeats=own
+            )
         state = load_state(ctx.study)
         if state is None or (state.winner, state.winner_key) != (
             planner.winner_number,
@@ -276,6 +306,10 @@ class Explainer:
             unit=unit,
             objective=what,
             stopped=stopped if not partial else "in progress",
+        )
+        own = f"{self.ctx.study.study_name}#"
+        result.borrowed_own = sum(
+            1 for rs in runs.values() for r in rs if (r.source or "").startswith(own)
         )
         self._store(RESULT_ATTR, result.model_dump(mode="json"))
         return result

@@ -137,7 +137,9 @@ def test_a_study_cannot_borrow_its_own_trials(borrowing: Borrowing) -> None:
                *REPEATS, "--runs-from", "ex", "--runs-from-storage", borrowing.url,
                "--runs-from-file", ex, cwd=borrowing.root)  # fmt: skip
     assert done.returncode == 2
-    assert "cannot borrow its own trials: they chose the winner" in done.stderr
+    own = "cannot borrow its own trials as another study's: they chose the winner"
+    assert own in done.stderr
+    assert "--own-runs borrows its other configurations' runs (not the winner's)" in done.stderr
 
 
 def test_where_to_borrow_from_without_what_is_an_error(borrowing: Borrowing) -> None:
@@ -153,7 +155,7 @@ def test_the_report_and_show_count_the_borrowed_runs(borrowing: Borrowing) -> No
     done = cli("report", "--study", "ex", "--storage", borrowing.url, "--out", str(out),
                cwd=borrowing.root)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "7 run(s) and 3 borrowed from a check study, each from freshly started" in (
+    assert "7 run(s) and 3 borrowed from another study, each from freshly started" in (
         out.read_text()
     )
     shown = cli("explain", "--study", "ex", "--storage", borrowing.url, "--show",

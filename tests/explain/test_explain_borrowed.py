@@ -14,7 +14,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.errors import ConfigError
-from autotune.explain.borrowed import borrowable_runs
+from autotune.explain.borrowed import UNPLANNED, WINNER_LEFT, borrowable_runs, own_terms
+from autotune.explain.changes import ChangeSet
 from autotune.results import remeasure_key
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
@@ -178,6 +179,56 @@ def test_runs_under_other_inherited_variables_are_not_borrowed(tmp_path: Path, s
     assert dict(got.skipped) == {"another inherited environment": 2}
     every = borrowable_runs(study, space=space, engine_version=VERSION)
     assert len(every.runs) == 5  # the winner's inheritance unknown: no judgement
+
+
+def test_the_study_itself_lends_no_run_of_the_winner_and_at_most_repeats_less_one(
+    tmp_path: Path, space: Any
+) -> None:
+    """``--own-runs``: the winner's configuration is left whole (its trials and their
+    re-measurements, under any trial number), and so is a configuration the explanation
+    never measures (not the baseline with some of the winner's changes); another lends its
+    earliest runs (measured order, not its figures), up to ``repeats - 1`` counting the runs
+    the explanation already holds of it from elsewhere."""
+    study = optuna.create_study(
+        study_name="own", storage=f"sqlite:///{tmp_path / 'own.db'}", direction="maximize"
+    )
+    alloc = {"pytorch_alloc_conf": "expandable_segments:True"}
+    flash = {"sm120_flashmla_backend": "flashinfer", "sm120_direct_swa_kv": True}
+    win = _config(space, **flash, **alloc)
+    revert = _config(space, **flash)  # the winner without the allocator change
+    other = _config(space, **alloc)  # the winner without the attention change
+    unplanned = _config(space, **alloc, cuda_graph_max_bs_decode=32)
+    r = _add(study, 90.0, _record(revert))  # earliest of the revert: borrowed
+    w = _add(study, 200.0, _record(win))
+    _remeasure(study, w, 1, 190.0)  # the winner's re-measurement: left
+    _remeasure(study, r, 1, 95.0)  # the revert's second run
+    _add(study, 99.0, _record(revert))  # the revert's third run, its highest
+    _add(study, 205.0, _record(win))  # the winner's configuration under another number
+    o = _add(study, 120.0, _record(other))
+    _add(study, 130.0, _record(unplanned))
+    changes = ChangeSet(space, baseline=space.baseline_params(), winner=win)
+    assert len(changes.changes) == 2
+    leave, per_config = own_terms(changes, repeats=3)
+    assert per_config == 2
+
+    got = borrowable_runs(
+        study, space=space, engine_version=VERSION, leave=leave, per_config=per_config
+    )
+    assert [r_.source for r_ in got.runs] == ["own#0", "own#0/1", f"own#{o}"]
+    beyond = "beyond repeats - 1 runs of a configuration (one is the explanation's own)"
+    assert dict(got.skipped) == {WINNER_LEFT: 3, beyond: 1, UNPLANNED: 1}
+
+    held = {space.config_key(other): 2, space.config_key(revert): 1}
+    got = borrowable_runs(
+        study, space=space, engine_version=VERSION, leave=leave, per_config=per_config,
+        held=held,
+    )  # fmt: skip
+    assert [r_.source for r_ in got.runs] == ["own#0"]
+    assert got.skipped[beyond] == 3
+
+    _, none = own_terms(changes, repeats=1)
+    got = borrowable_runs(study, space=space, engine_version=VERSION, leave=leave, per_config=none)
+    assert got.runs == [] and got.skipped[beyond] == 4
 
 
 def _study_file(path: Path, name: str, *, load: str = "concurrency: 4", space: Path = SPACE) -> Any:
