@@ -92,10 +92,11 @@
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models failures
 #   `autotune explain` of the dense winner, what each change bought, borrowing the check
 #   study's 9 fresh-start runs (defaults, hand-picked and the winner, 3 each: `explain
-#   --runs-from`), so only the 7 reverts are measured, 2 runs each: 14 restarts, not 18
+#   --runs-from`) and the study's own exact reverts #23 (fp8 weights) and #24 (fp8 KV), one
+#   run each (`--own-runs`), so the 7 reverts take 12 restarts, not 18
 #   (then the same without --no-minimal adds the minimal search, ~9 more: benchmarks/explain_borrow.py):
 #     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
-#       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h200-dense-check \
+#       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --own-runs --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
 #   #19 of the dense study (cut by the faulty early abort) and the random arm's winner, from
