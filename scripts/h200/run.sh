@@ -124,7 +124,10 @@
 #     Left: `autotune explain` of its winner (two levers from the defaults). All 9 runs of the
 #     check study are borrowable (the winner's and the defaults' 3 each, and the hand-picked
 #     fp8 weights, which is the winner with prefix caching reverted), so only the revert of fp8
-#     is measured: 2 restarts, about 2.5 minutes:
+#     is measured: 2 restarts, about 2.5 minutes (not --own-runs, which would lend the
+#     tuning study's #17, that revert, 7,855 tok/s: measured on the tuning sessions' H100s,
+#     whose defaults ran 17% below the check's, so it would pass a machine's drift off as
+#     fp8's gain):
 #     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h100-moe-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-h100-moe-check.db" \
