@@ -221,6 +221,8 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
     """The explanation as three tables: effects, path, minimal winner. ``runs`` (the
     stored runs by configuration key): where their GPUs were measured, each
     configuration's J/token and power beside its figures."""
+    from autotune.explain.occasions import describe
+
     unit = e.unit
     runs = runs or {}
     gpu = any(r.telemetry is not None and r.telemetry.available for rs in runs.values() for r in rs)
@@ -241,6 +243,8 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
             + ("" if e.complete else f" (incomplete: {e.stopped or 'not finished'})")
         )
     )
+    for o in e.occasions:
+        console.print(Text(describe(o), style="bold yellow" if o.drift else ""))
     table = Table(title=f"what each change bought ({unit}, 95% interval)")
     columns = ["change", "baseline -> winner", "winner without it", "contribution", "share"]
     for col in columns + (["without it: J/token, GPU power"] if gpu else []):

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 from autotune.explain.changes import ChangeSet, Variant
 from autotune.explain.elimination import eliminate
+from autotune.explain.occasions import occasions
 from autotune.explain.record import (
     Effect,
     ExplainState,
@@ -339,6 +340,7 @@ class Planner:
             minimal=minimal,
             runs=state.runs,
             borrowed=sum(1 for rs in runs.values() for r in rs if r.source is not None),
+            occasions=occasions(runs, sd, df),
             complete=complete or not self.changes.changes,
             stopped=stopped,
         )

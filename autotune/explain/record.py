@@ -178,6 +178,27 @@ class Minimal(BaseModel):
     """Every change was tried (False: the budget ran out first)."""
 
 
+class Occasion(BaseModel):
+    """How the runs one study lent read against the explanation's own
+    (:mod:`autotune.explain.occasions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    configurations: int = 0
+    """Configurations holding runs of both kinds (0: nothing to compare)."""
+    ratio: Interval | None = None
+    """Lent over own (geometric mean over those configurations), with its 95% interval."""
+
+    @property
+    def drift(self) -> bool:
+        """The interval excludes 1: the occasions differ."""
+        r = self.ratio
+        return (
+            r is not None and r.low is not None and r.high is not None and (r.low > 1 or r.high < 1)
+        )
+
+
 class Explanation(BaseModel):
     """Everything ``autotune explain`` found (study attribute ``explain:result``)."""
 
@@ -205,6 +226,8 @@ class Explanation(BaseModel):
     study's own trials (``--own-runs``)."""
     borrowed_own: int = 0
     """Of ``borrowed``, those from the explained study's own trials."""
+    occasions: list[Occasion] = Field(default_factory=list)
+    """Per study lending runs, how they read against the explanation's own."""
     complete: bool = False
     stopped: str | None = None
     """Why the explanation stopped before the end (the budget), None when complete."""

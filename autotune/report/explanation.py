@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from autotune.explain import Explanation, Interval, Measured
+from autotune.explain.occasions import describe
 from autotune.report._common import _e, _note, _plot, _section_open, _table
 from autotune.report._data import ReportData
 from autotune.report.waterfall import (
@@ -104,12 +105,17 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
             f"This explanation is incomplete (stopped: {why}): what is shown is what was "
             f"measured so far; `autotune explain --study {study_name}` resumes it."
         )
+    notes.extend(_capital(describe(o)) + "." for o in e.occasions)
     if winner is not None and winner.trial.number != e.winner:
         notes.append(
             f"The study's winner is now trial #{winner.trial.number}: this explains trial "
             f"#{e.winner}; `autotune explain --study {study_name}` explains the new one."
         )
     return text + "".join(_note(n) for n in notes)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _borrowed(borrowed: int, own: int) -> str:

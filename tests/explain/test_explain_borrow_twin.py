@@ -105,6 +105,10 @@ def test_the_check_studys_runs_stand_in_for_the_winners_and_the_baselines(
     assert len(e.effects) == 3 and all(x.without.n == 2 for x in e.effects)
     assert "done: 7 runs in" in borrowing.first
     assert "7 runs + 3 borrowed" in borrowing.first
+    # only the winner holds runs of both kinds: the drift between occasions from it alone
+    [occasion] = e.occasions
+    assert occasion.study == "ex-check" and occasion.configurations == 1
+    assert "runs lent by study 'ex-check' read " in borrowing.first
 
 
 def test_borrowing_again_stores_nothing_twice_and_measures_nothing(borrowing: Borrowing) -> None:

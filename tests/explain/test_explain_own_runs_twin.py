@@ -90,6 +90,10 @@ def test_the_study_lends_its_other_configurations_runs_never_the_winners(own: Ow
         own.out
     )
     assert "from study 'own'" in own.out and "the winner's configuration" in own.out
+    # the baseline and the revert hold a lent run and one of the explanation's own
+    [occasion] = e.occasions
+    assert occasion.study == "own" and occasion.configurations == 2
+    assert "runs lent by study 'own' read " in own.out
 
 
 def test_the_report_says_the_runs_came_from_the_study_itself(own: OwnRuns) -> None:
@@ -102,6 +106,7 @@ def test_the_report_says_the_runs_came_from_the_study_itself(own: OwnRuns) -> No
         f"{e.runs} run(s) and {e.borrowed_own} borrowed from the study's own trials "
         "(not the winner's), each from freshly started"
     ) in out.read_text()
+    assert "Runs lent by study &#x27;own&#x27; read " in out.read_text()
 
 
 def test_the_study_file_can_ask_for_it_and_the_flag_can_refuse_it(own: OwnRuns) -> None:

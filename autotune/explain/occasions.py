@@ -1,0 +1,91 @@
+"""Do borrowed runs agree with the explanation's own? The drift between occasions.
+
+Why: a borrowed run (:mod:`autotune.explain.borrowed`) was measured on another occasion:
+another machine of the same kind, another hour. On the H100s that served issue 28, vLLM's
+defaults ran 17% apart between two sessions, more than most levers buy. A contribution
+computed from a borrowed configuration against one the explanation measured itself carries
+that difference as if a change had bought it. Where a configuration holds runs of both
+kinds, the two means tell the difference directly; pooled over the configurations that
+do, per source study, they give one ratio with a 95% interval (log scale, from the
+run-to-run noise the explanation pools). An interval that excludes 1 says the occasions
+differ: the explanation still uses the runs (it measured too few of its own to replace
+them) and says so, so a reader discounts the contributions that lean on them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from autotune.explain.record import ExplainRun, Interval, Occasion
+from autotune.results import t_quantile
+
+
+def source_study(source: str) -> str:
+    """The study of a borrowed run's origin (``STUDY#N``, ``STUDY#N/R``)."""
+    return source.rpartition("#")[0]
+
+
+def occasions(
+    runs: Mapping[str, Sequence[ExplainRun]], sd: float | None, df: int
+) -> list[Occasion]:
+    """Per study lending runs (in name order): the mean of its runs over the mean of the
+    explanation's own, per configuration holding both, pooled over those configurations
+    (geometric mean), with a 95% interval where the noise ``sd`` (relative, ``df`` degrees of
+    freedom) is known; studies sharing no configuration with the explanation's own runs are
+    listed with ``configurations=0`` and no ratio."""
+    logs: dict[str, list[tuple[float, float]]] = {}
+    lent: set[str] = set()
+    for rs in runs.values():
+        own = [v for r in rs if r.source is None and (v := r.value) is not None and v > 0]
+        by_study: dict[str, list[float]] = {}
+        for r in rs:
+            if r.source is None:
+                continue
+            lent.add(source_study(r.source))
+            if (v := r.value) is not None and v > 0:
+                by_study.setdefault(source_study(r.source), []).append(v)
+        if not own:
+            continue
+        mean_own = sum(own) / len(own)
+        for study, values in by_study.items():
+            log_ratio = math.log((sum(values) / len(values)) / mean_own)
+            logs.setdefault(study, []).append((log_ratio, 1 / len(values) + 1 / len(own)))
+    out = []
+    for study in sorted(lent):
+        pairs = logs.get(study, [])
+        if not pairs:
+            out.append(Occasion(study=study, configurations=0))
+            continue
+        k = len(pairs)
+        centre = sum(lr for lr, _ in pairs) / k
+        ratio = Interval(value=math.exp(centre))
+        if sd is not None and df >= 1:
+            half = t_quantile(0.95, df) * sd * math.sqrt(sum(w for _, w in pairs)) / k
+            ratio.low, ratio.high = math.exp(centre - half), math.exp(centre + half)
+        out.append(Occasion(study=study, configurations=k, ratio=ratio))
+    return out
+
+
+def describe(o: Occasion) -> str:
+    """One sentence on how ``o``'s runs read against the explanation's own."""
+    lent = f"runs lent by study {o.study!r}"
+    if o.ratio is None:
+        return (
+            f"{lent} share no configuration with this explanation's own runs: a drift between "
+            "the occasions is not measured"
+        )
+    r = o.ratio
+    text = (
+        f"{lent} read {100 * (r.value - 1):+.1f}% against this explanation's own runs of the "
+        f"same {o.configurations} configuration(s)"
+    )
+    if r.low is None or r.high is None:
+        return text + " (no noise figure yet)"
+    text += f" (95% interval {100 * (r.low - 1):+.1f}..{100 * (r.high - 1):+.1f}%)"
+    if o.drift:
+        return text + (
+            ": the occasions differ, and the contributions that lean on those runs carry "
+            "the difference"
+        )
+    return text + ": within the noise"
