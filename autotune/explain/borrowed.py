@@ -183,6 +183,19 @@ def own_terms(changes: ChangeSet, repeats: int) -> tuple[Leave, int]:
     return leave, max(repeats - 1, 0)
 
 
+def without_own_winner(
+    runs: dict[str, list[ExplainRun]], study: str, winner_key: str
+) -> dict[str, list[ExplainRun]]:
+    """``runs`` less those the explained ``study`` lent of ``winner_key``: lent while another
+    trial was the winner, they are now the winner's own figures (module doc). Kept in
+    storage, left out of what the explanation reads."""
+    own = f"{study}#"
+    kept = [r for r in runs.get(winner_key, ()) if not (r.source or "").startswith(own)]
+    if winner_key in runs and len(kept) != len(runs[winner_key]):
+        return {**runs, winner_key: kept}
+    return runs
+
+
 def _remeasures(study: optuna.Study) -> dict[int, list[RemeasureRecord]]:
     out: dict[int, list[RemeasureRecord]] = {}
     for key, raw in study.user_attrs.items():

@@ -35,7 +35,12 @@ from autotune.explain import (
     load_runs,
     load_state,
 )
-from autotune.explain.borrowed import Borrowed, borrowable_runs, own_terms
+from autotune.explain.borrowed import (
+    Borrowed,
+    borrowable_runs,
+    own_terms,
+    without_own_winner,
+)
 from autotune.explain.record import RESULT_ATTR, STATE_ATTR, run_key
 from autotune.results import best_estimate, objective_label
 from autotune.study._optuna_compat import trial_by_number
@@ -203,6 +208,8 @@ class Explainer:
         ctx = self.ctx
         planner = self.planner(settings)
         runs = load_runs(ctx.study)  # read once: from here on, only borrow and this loop add
+        winner_key = ctx.space.config_key(planner.changes.winner_config)
+        runs = without_own_winner(runs, ctx.study.study_name, winner_key)
         if sources or settings.own_runs:
             own = settings.repeats if settings.own_runs else None
             self.borrow(

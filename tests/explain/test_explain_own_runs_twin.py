@@ -128,3 +128,25 @@ def test_the_study_file_can_ask_for_it_and_the_flag_can_refuse_it(own: OwnRuns) 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "from study 'own'" in again.stdout and "done: 0 runs in" in again.stdout
     assert load_runs(load("own", own.db)) == before
+
+
+def test_a_run_the_study_lent_of_what_is_now_the_winner_is_not_read(own: OwnRuns) -> None:
+    """A configuration lent while another trial won, then winning itself: its lent run would
+    be the winner's own figure. Stored, it is left out of what the explanation reads."""
+    from autotune.explain.record import run_key
+
+    study = load("own", own.db)
+    e = own.result
+    win = e.winner_measured.key
+    assert win is not None
+    [first] = [r for r in load_runs(study)[win] if r.index == 0]
+    lent = first.model_copy(update={"index": 2, "values": [1e9], "source": "own#1"})
+    study.set_user_attr(run_key(win, 2), lent.model_dump(mode="json"))
+    done = cli("explain", "--study", "own", "--storage", own.url, "--study-file",
+               str(own.root / "own.yaml"), *REPEATS, "--own-runs", cwd=own.root)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "done: 0 runs in" in done.stdout
+    again = load_explanation(load("own", own.db))
+    assert again is not None and again.winner_measured.n == 2
+    assert 1e9 not in again.winner_measured.values
+    assert len(load_runs(load("own", own.db))[win]) == 3  # kept in storage
