@@ -8,7 +8,9 @@ where it stopped.
 Three phases, in order:
 
 1. **Ablation.** The winner, the baseline and the winner without each change
-   (:meth:`ChangeSet.revert_alone`), ``repeats`` runs each, round by round. A change's
+   (:meth:`ChangeSet.revert_alone`), ``repeats`` runs each, round by round (runs lent by
+   other studies count; where a study lent enough that none of its configurations was
+   measured here, one more run of the first of them: :meth:`Planner.anchor`). A change's
    contribution is the winner's mean minus the mean without it, with a 95% interval from
    the run-to-run noise pooled over every configuration measured (relative, as in
    ``best``). A configuration that fails in a way that belongs to it (out of memory, wrong
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 
 from autotune.explain.changes import ChangeSet, Variant
 from autotune.explain.elimination import eliminate
-from autotune.explain.occasions import occasions
+from autotune.explain.occasions import occasions, source_study
 from autotune.explain.record import (
     Effect,
     ExplainState,
@@ -146,6 +148,11 @@ class Planner:
         pick = self._round_robin(self.ablation_variants(), runs, s.repeats)
         if pick is not None:
             return self.measure(pick, "ablation", runs)
+        anchor = self.anchor(runs)
+        if anchor is not None:
+            return self.measure(
+                anchor, "ablation", runs, note="beside the lent runs: the occasions compared"
+            )
         if state.order is None:
             order = self.order(runs)
             return Decide(
@@ -161,10 +168,32 @@ class Planner:
             return eliminate(self, runs, state)
         return Finished("done")
 
-    def measure(self, v: Variant, phase: str, runs: Runs) -> Measure:
+    def measure(self, v: Variant, phase: str, runs: Runs, *, note: str = "") -> Measure:
         assert v.key is not None and v.config is not None
         n = self.stats(runs, v.key).attempts
-        return Measure(v.key, v.config, phase, f"{self.label(v)}, run {n + 1}")
+        why = f"{self.label(v)}, run {n + 1}" + (f" ({note})" if note else "")
+        return Measure(v.key, v.config, phase, why)
+
+    def anchor(self, runs: Runs) -> Variant | None:
+        """A configuration of the ablation to measure once more, when a study lent runs of
+        some of them and the explanation measured none of those itself (it lent enough of
+        each): without a run of both kinds of one configuration, the drift between that
+        study's occasion and this one is not measured (:mod:`autotune.explain.occasions`),
+        and every contribution against a lent configuration would carry it unseen. The
+        winner first, then the baseline, then the reverts; one restart per such study."""
+        planned = [v for v in self.ablation_variants() if v.key is not None]
+        lenders: dict[str, list[Variant]] = {}
+        for v in planned:
+            for study in sorted({source_study(r.source) for r in runs.get(v.key or "", ())
+                                 if r.source is not None}):  # fmt: skip
+                lenders.setdefault(study, []).append(v)
+        for _, lent in sorted(lenders.items()):
+            if any(r.source is None for v in lent for r in runs.get(v.key or "", ())):
+                continue
+            for v in lent:
+                if not self.stats(runs, v.key).dead:
+                    return v
+        return None
 
     def label(self, v: Variant) -> str:
         if v.applied == frozenset(self.changes.names):
