@@ -93,7 +93,8 @@
 #   `autotune explain` of the dense winner, what each change bought, borrowing the check
 #   study's 9 fresh-start runs (defaults, hand-picked and the winner, 3 each: `explain
 #   --runs-from`) and the study's own exact reverts #23 (fp8 weights) and #24 (fp8 KV), one
-#   run each (`--own-runs`), so the 7 reverts take 12 restarts, not 18
+#   run each (`--own-runs`), so the 7 reverts take 12 restarts and the winner 1 (the anchor
+#   beside the check's runs: the drift between occasions measured), 13 in all, not 18
 #   (then the same without --no-minimal adds the minimal search, ~9 more: benchmarks/explain_borrow.py):
 #     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --own-runs --runs-from vllm-h200-dense-check \
@@ -124,7 +125,8 @@
 #     Left: `autotune explain` of its winner (two levers from the defaults). All 9 runs of the
 #     check study are borrowable (the winner's and the defaults' 3 each, and the hand-picked
 #     fp8 weights, which is the winner with prefix caching reverted), so only the revert of fp8
-#     is measured: 2 restarts, about 2.5 minutes (not --own-runs, which would lend the
+#     is measured, and the winner once (the anchor beside the check's runs): 3 restarts,
+#     about 4 minutes (not --own-runs, which would lend the
 #     tuning study's #17, that revert, 7,855 tok/s: measured on the tuning sessions' H100s,
 #     whose defaults ran 17% below the check's, so it would pass a machine's drift off as
 #     fp8's gain):
