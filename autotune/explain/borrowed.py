@@ -23,7 +23,7 @@ What may be borrowed is what the explanation would have measured itself:
   bought more); so at most ``repeats - 1`` of its runs are taken, the earliest first (the
   order they were measured in, not their figures), and every configuration keeps at least
   one run the explanation measures itself, in its rounds beside the winner's. On the H200
-  the dense study held two exact reverts of its winner (#23, #24): two restarts of fourteen;
+  the dense study held two exact reverts of its winner (#23, #24): two restarts of fifteen;
 * per measurement (a completed trial, or one of its re-measurements ``remeasure:N:R``): run
   to its end (no failure, no early abort), from freshly started services (every service
   restarted; not a result reused from an identical trial, not a trial carried by a warm

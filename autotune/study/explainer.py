@@ -108,6 +108,8 @@ class Explainer:
         self.active = False
         self.measured = 0
         """Runs this invocation took."""
+        self._unread: dict[str, int] = {}
+        """Stored runs of a configuration the explanation does not read, by key."""
 
     def planner(self, settings: ExplainSettings) -> Planner:
         """The plan for the study's current winner (``best``'s pick)."""
@@ -189,6 +191,11 @@ class Explainer:
             out.append(self._take(offered, runs, have))
         return out
 
+    def _index(self, key: str, runs: dict[str, list[ExplainRun]]) -> int:
+        """The index of the next run of ``key``: after every stored one, the runs left
+        unread (:func:`without_own_winner`) too, so none is overwritten."""
+        return len(runs.get(key, ())) + self._unread.get(key, 0)
+
     def _take(
         self, offered: Borrowed, runs: dict[str, list[ExplainRun]], have: set[str | None]
     ) -> Borrowed:
@@ -196,7 +203,7 @@ class Explainer:
         new = [r for r in offered.runs if r.source not in have]
         for run in new:
             stored = runs.setdefault(run.key, [])
-            run = run.model_copy(update={"index": len(stored)})
+            run = run.model_copy(update={"index": self._index(run.key, runs)})
             self._store(run_key(run.key, run.index), run.model_dump(mode="json"))
             stored.append(run)
             have.add(run.source)
@@ -207,9 +214,10 @@ class Explainer:
     def run(self, settings: ExplainSettings, sources: Sequence[RunSource] = ()) -> Explanation:
         ctx = self.ctx
         planner = self.planner(settings)
-        runs = load_runs(ctx.study)  # read once: from here on, only borrow and this loop add
+        stored = load_runs(ctx.study)  # read once: from here on, only borrow and this loop add
         winner_key = ctx.space.config_key(planner.changes.winner_config)
-        runs = without_own_winner(runs, ctx.study.study_name, winner_key)
+        runs = without_own_winner(stored, ctx.study.study_name, winner_key)
+        self._unread = {k: len(rs) - len(runs.get(k, ())) for k, rs in stored.items()}
         if sources or settings.own_runs:
             own = settings.repeats if settings.own_runs else None
             self.borrow(
@@ -250,7 +258,7 @@ class Explainer:
                     stopped = f"the budget of {settings.budget} restarts is spent"
                     ctx.progress.message(f"explanation stopped: {stopped}")
                     break
-                index = len(runs.get(step.key, ()))
+                index = self._index(step.key, runs)
                 runs.setdefault(step.key, []).append(self._measure(step, index=index, state=state))
                 state = state.model_copy(update={"runs": state.runs + 1})
                 self._store(STATE_ATTR, state.model_dump(mode="json"))

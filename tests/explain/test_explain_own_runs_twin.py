@@ -150,3 +150,15 @@ def test_a_run_the_study_lent_of_what_is_now_the_winner_is_not_read(own: OwnRuns
     assert again is not None and again.winner_measured.n == 2
     assert 1e9 not in again.winner_measured.values
     assert len(load_runs(load("own", own.db))[win]) == 3  # kept in storage
+    # a third run of each: the winner's goes after the unread one, which stays as it was
+    more = cli("explain", "--study", "own", "--storage", own.url, "--study-file",
+               str(own.root / "own.yaml"), "--repeats", "3", "--max-repeats", "3", "--no-path",
+               "--no-minimal", "--own-runs", cwd=own.root)  # fmt: skip
+    assert more.returncode == 0, more.stdout + more.stderr
+    stored = load_runs(load("own", own.db))[win]
+    assert [r.index for r in stored] == [0, 1, 2, 3]
+    assert [r.source for r in stored] == [None, None, "own#1", None]
+    assert stored[2].values == [1e9]
+    final = load_explanation(load("own", own.db))
+    assert final is not None and final.winner_measured.n == 3
+    assert 1e9 not in final.winner_measured.values
