@@ -23,7 +23,8 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.explain.borrowed import borrowable_runs
+from autotune.explain import ChangeSet, Decide, ExplainRun, ExplainSettings, Finished, Planner
+from autotune.explain.borrowed import borrowable_runs, own_terms
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
 from autotune.trial.record import TrialRecord
@@ -498,3 +499,62 @@ def test_the_moe_explanation_borrows_every_check_run_and_measures_one_revert() -
     assert runs[space.config_key(baseline.config)] == 3
     assert runs[reverts["enable_prefix_caching"]] == 3  # the hand-picked fp8 weights
     assert runs[reverts["quantization"]] == 0  # the one left to measure
+
+
+def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_the_check() -> None:
+    """The planner over the same stored runs, ``--repeats 2 --no-path --no-minimal``: the
+    check study lent every run of the configurations it touches (3 each, more than 2), so
+    beside the fp8 revert's two runs the explanation measures the winner once, and the
+    drift between the check's H100 and the explanation's is measured (3 restarts). The
+    tuning study itself would lend its #17 (that revert; --own-runs), which the plan leaves
+    out: its H100s ran the defaults 17% below the check's."""
+    definition = load_study_definition(ROOT / "studies" / "vllm-h100-moe.yaml")
+    space = load_space(ROOT / "studies" / definition.space)
+    h100 = ROOT / "benchmarks" / "h100"
+    study = optuna.load_study(
+        study_name="vllm-h100-moe", storage=f"sqlite:///{h100 / 'vllm-h100-moe.db'}"
+    )
+    check = optuna.load_study(
+        study_name="vllm-h100-moe-check", storage=f"sqlite:///{h100 / 'vllm-h100-moe-check.db'}"
+    )
+    from autotune.results import best_estimate
+
+    estimate = best_estimate(study)
+    assert estimate is not None and estimate.trial.number == 23
+    winner = estimate.trial
+    changes = ChangeSet(space, baseline=space.baseline_params(), winner=winner.config)
+    planner = Planner(
+        changes,
+        ExplainSettings(repeats=2, path=False, minimal=False),
+        winner=23,
+        prior_noise=(estimate.noise_sd, estimate.noise_df),
+    )
+    runs: dict[str, list[ExplainRun]] = {}
+    for run in borrowable_runs(check, space=space, engine_version=winner.engine_version).runs:
+        stored = runs.setdefault(run.key, [])
+        stored.append(run.model_copy(update={"index": len(stored)}))
+    held = {key: len(lent) for key, lent in runs.items()}
+    state = planner.new_state()
+    whys = []
+    while not isinstance(step := planner.next(runs, state), Finished):
+        if isinstance(step, Decide):
+            state = step.state
+            continue
+        whys.append(step.why)
+        runs.setdefault(step.key, []).append(
+            ExplainRun(key=step.key, index=len(runs.get(step.key, [])), config=step.config,
+                       values=[8000.0], feasible=True)
+        )  # fmt: skip
+        state = state.model_copy(update={"runs": state.runs + 1})
+    assert whys == [
+        "the winner without quantization, run 1",
+        "the winner without quantization, run 2",
+        "the winner, run 4 (beside the lent runs: the occasions compared)",
+    ]
+    leave, per_config = own_terms(changes, 2)
+    own = borrowable_runs(
+        study, space=space, engine_version=winner.engine_version, leave=leave,
+        per_config=per_config, held=held,
+    )  # fmt: skip
+    assert [r.source for r in own.runs] == ["vllm-h100-moe#17"]
+    assert own.runs[0].key == changes.revert_alone("quantization")[0].key
