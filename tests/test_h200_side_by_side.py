@@ -505,7 +505,8 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
     """The planner over the same stored runs, ``--repeats 2 --no-path --no-minimal``: the
     check study lent every run of the configurations it touches (3 each, more than 2), so
     beside the fp8 revert's two runs the explanation measures the winner once, and the
-    drift between the check's H100 and the explanation's is measured (3 restarts). The
+    drift between the check's H100 and the explanation's is measured (3 restarts, where the
+    explanation's H100 reads what the check's did). The
     tuning study itself would lend its #17 (that revert; --own-runs), which the plan leaves
     out: its H100s ran the defaults 17% below the check's."""
     definition = load_study_definition(ROOT / "studies" / "vllm-h100-moe.yaml")
@@ -529,28 +530,45 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
         winner=23,
         prior_noise=(estimate.noise_sd, estimate.noise_df),
     )
-    runs: dict[str, list[ExplainRun]] = {}
+    lent: dict[str, list[ExplainRun]] = {}
     for run in borrowable_runs(check, space=space, engine_version=winner.engine_version).runs:
-        stored = runs.setdefault(run.key, [])
+        stored = lent.setdefault(run.key, [])
         stored.append(run.model_copy(update={"index": len(stored)}))
-    held = {key: len(lent) for key, lent in runs.items()}
-    state = planner.new_state()
-    whys = []
-    while not isinstance(step := planner.next(runs, state), Finished):
-        if isinstance(step, Decide):
-            state = step.state
-            continue
-        whys.append(step.why)
-        runs.setdefault(step.key, []).append(
-            ExplainRun(key=step.key, index=len(runs.get(step.key, [])), config=step.config,
-                       values=[8000.0], feasible=True)
-        )  # fmt: skip
-        state = state.model_copy(update={"runs": state.runs + 1})
-    assert whys == [
-        "the winner without quantization, run 1",
-        "the winner without quantization, run 2",
-        "the winner, run 4 (beside the lent runs: the occasions compared)",
-    ]
+    held = {key: len(rs) for key, rs in lent.items()}
+    # what the check read of a configuration, the unlent revert at 8,000 tok/s
+    check_read = {key: sum(r.value or 0.0 for r in rs) / len(rs) for key, rs in lent.items()}
+
+    def plan(machine: float) -> tuple[list[str], list[str]]:
+        """What the explanation measures on a machine reading ``machine`` x the check's
+        (1.0 the same, 1 / 1.17 the tuning sessions' H100s), and the studies it leaves out."""
+        runs = {key: list(rs) for key, rs in lent.items()}
+        state = planner.new_state()
+        whys = []
+        while not isinstance(step := planner.next(runs, state), Finished):
+            if isinstance(step, Decide):
+                state = step.state
+                continue
+            whys.append(step.why)
+            value = machine * check_read.get(step.key, 8000.0)
+            runs.setdefault(step.key, []).append(
+                ExplainRun(key=step.key, index=len(runs.get(step.key, [])), config=step.config,
+                           values=[value * (1.01 if len(whys) % 2 else 0.99)], feasible=True)
+            )  # fmt: skip
+            state = state.model_copy(update={"runs": state.runs + 1})
+        return whys, state.left_out
+
+    assert plan(1.0) == (
+        [
+            "the winner without quantization, run 1",
+            "the winner without quantization, run 2",
+            "the winner, run 4 (beside the lent runs: the occasions compared)",
+        ],
+        [],
+    )
+    # on a machine 17% slower the check's runs are left out: winner, baseline and the
+    # prefix-caching revert measured here, 2 runs each (8 restarts in all)
+    whys, left_out = plan(1 / 1.17)
+    assert left_out == ["vllm-h100-moe-check"] and len(whys) == 8
     leave, per_config = own_terms(changes, 2)
     own = borrowable_runs(
         study, space=space, engine_version=winner.engine_version, leave=leave,

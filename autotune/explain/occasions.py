@@ -7,9 +7,11 @@ computed from a borrowed configuration against one the explanation measured itse
 that difference as if a change had bought it. Where a configuration holds runs of both
 kinds, the two means tell the difference directly; pooled over the configurations that
 do, per source study, they give one ratio with a 95% interval (log scale, from the
-run-to-run noise the explanation pools). An interval that excludes 1 says the occasions
-differ: the explanation still uses the runs (it measured too few of its own to replace
-them) and says so, so a reader discounts the contributions that lean on them.
+run-to-run noise within each occasion: runs of one configuration grouped by where they were
+measured, so the drift itself does not widen the interval that should show it). An
+interval that excludes 1 says the occasions differ: the planner leaves that study's runs
+out, frozen in the state, and measures what they stood for (:meth:`Planner.next`); the
+explanation lists the study as left out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from autotune.explain.record import ExplainRun, Interval, Occasion
-from autotune.results import t_quantile
+from autotune.results import noise_level, t_quantile
 
 
 def source_study(source: str) -> str:
@@ -26,14 +28,33 @@ def source_study(source: str) -> str:
     return source.rpartition("#")[0]
 
 
+def within_noise(runs: Mapping[str, Sequence[ExplainRun]]) -> tuple[float | None, int]:
+    """The relative run-to-run noise pooled over runs of one configuration measured on one
+    occasion (the explanation's own, or one lending study's)."""
+    groups: dict[tuple[str, str | None], list[float]] = {}
+    for key, rs in runs.items():
+        for r in rs:
+            if (v := r.value) is not None:
+                origin = None if r.source is None else source_study(r.source)
+                groups.setdefault((key, origin), []).append(v)
+    return noise_level(list(groups.values()))
+
+
 def occasions(
-    runs: Mapping[str, Sequence[ExplainRun]], sd: float | None, df: int
+    runs: Mapping[str, Sequence[ExplainRun]],
+    prior: tuple[float | None, int] = (None, 0),
+    *,
+    left_out: Sequence[str] = (),
 ) -> list[Occasion]:
     """Per study lending runs (in name order): the mean of its runs over the mean of the
     explanation's own, per configuration holding both, pooled over those configurations
-    (geometric mean), with a 95% interval where the noise ``sd`` (relative, ``df`` degrees of
-    freedom) is known; studies sharing no configuration with the explanation's own runs are
-    listed with ``configurations=0`` and no ratio."""
+    (geometric mean), with a 95% interval from :func:`within_noise` (``prior``, relative
+    noise and its degrees of freedom, until runs were repeated); studies sharing no
+    configuration with the explanation's own runs are listed with ``configurations=0`` and
+    no ratio; ``left_out``: the studies the planner no longer reads."""
+    sd, df = within_noise(runs)
+    if sd is None:
+        sd, df = prior
     logs: dict[str, list[tuple[float, float]]] = {}
     lent: set[str] = set()
     for rs in runs.values():
@@ -54,8 +75,9 @@ def occasions(
     out = []
     for study in sorted(lent):
         pairs = logs.get(study, [])
+        gone = study in left_out
         if not pairs:
-            out.append(Occasion(study=study, configurations=0))
+            out.append(Occasion(study=study, configurations=0, left_out=gone))
             continue
         k = len(pairs)
         centre = sum(lr for lr, _ in pairs) / k
@@ -63,7 +85,7 @@ def occasions(
         if sd is not None and df >= 1:
             half = t_quantile(0.95, df) * sd * math.sqrt(sum(w for _, w in pairs)) / k
             ratio.low, ratio.high = math.exp(centre - half), math.exp(centre + half)
-        out.append(Occasion(study=study, configurations=k, ratio=ratio))
+        out.append(Occasion(study=study, configurations=k, ratio=ratio, left_out=gone))
     return out
 
 
@@ -71,9 +93,8 @@ def describe(o: Occasion) -> str:
     """One sentence on how ``o``'s runs read against the explanation's own."""
     lent = f"runs lent by study {o.study!r}"
     if o.ratio is None:
-        return (
-            f"{lent} share no configuration with this explanation's own runs: a drift between "
-            "the occasions is not measured"
+        return f"{lent} share no configuration with this explanation's own runs: " + (
+            "left out" if o.left_out else "a drift between the occasions is not measured"
         )
     r = o.ratio
     text = (
@@ -83,6 +104,11 @@ def describe(o: Occasion) -> str:
     if r.low is None or r.high is None:
         return text + " (no noise figure yet)"
     text += f" (95% interval {100 * (r.low - 1):+.1f}..{100 * (r.high - 1):+.1f}%)"
+    if o.left_out:
+        return text + (
+            ": the occasions differ, so its runs are left out and what they stood for is "
+            "measured here"
+        )
     if o.drift:
         return text + (
             ": the occasions differ, and the contributions that lean on those runs carry "

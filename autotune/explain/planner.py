@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 from autotune.explain.changes import ChangeSet, Variant
 from autotune.explain.elimination import eliminate
-from autotune.explain.occasions import occasions, source_study
+from autotune.explain.occasions import describe, occasions, source_study
 from autotune.explain.record import (
     Effect,
     ExplainState,
@@ -141,10 +141,22 @@ class Planner:
         out: their step merges into the next)."""
         return [self.changes.variant(order[:j]) for j in range(1, len(order))]
 
+    @staticmethod
+    def readable(runs: Runs, state: ExplainState) -> Runs:
+        """``runs`` less those lent by a study the state left out (they read apart)."""
+        if not state.left_out:
+            return runs
+        gone = set(state.left_out)
+        return {
+            key: [r for r in rs if r.source is None or source_study(r.source) not in gone]
+            for key, rs in runs.items()
+        }
+
     def next(self, runs: Runs, state: ExplainState) -> Step:
         s = self.settings
         if not self.changes.changes:
             return Finished("the winner is the baseline: nothing to explain")
+        runs = self.readable(runs, state)
         pick = self._round_robin(self.ablation_variants(), runs, s.repeats)
         if pick is not None:
             return self.measure(pick, "ablation", runs)
@@ -153,6 +165,12 @@ class Planner:
             return self.measure(
                 anchor, "ablation", runs, note="beside the lent runs: the occasions compared"
             )
+        for o in occasions(runs, self.noise(runs)):
+            if o.drift:
+                return Decide(
+                    state.model_copy(update={"left_out": [*state.left_out, o.study]}),
+                    describe(o.model_copy(update={"left_out": True})),
+                )
         if state.order is None:
             order = self.order(runs)
             return Decide(
@@ -286,6 +304,13 @@ class Planner:
         objective: str,
         stopped: str | None = None,
     ) -> Explanation:
+        lent = occasions(self.readable(runs, state), self.noise(runs))
+        gone = [
+            o.model_copy(update={"left_out": True})
+            for o in occasions(runs, self.noise(runs))
+            if o.study in state.left_out
+        ]
+        runs = self.readable(runs, state)
         sd, df = self.noise(runs)
         win = self.measured(runs, self.winner.key, sd, df)
         base = self.measured(runs, self.baseline.key, sd, df)
@@ -369,7 +394,7 @@ class Planner:
             minimal=minimal,
             runs=state.runs,
             borrowed=sum(1 for rs in runs.values() for r in rs if r.source is not None),
-            occasions=occasions(runs, sd, df),
+            occasions=sorted([*lent, *gone], key=lambda o: o.study),
             complete=complete or not self.changes.changes,
             stopped=stopped,
         )

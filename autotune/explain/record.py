@@ -100,6 +100,10 @@ class ExplainState(BaseModel):
     """That attempt's outcome (None until decided)."""
     runs: int = 0
     """Measurements this explanation has taken (its budget counts them)."""
+    left_out: list[str] = Field(default_factory=list)
+    """Studies whose lent runs read apart from the explanation's own (the drift between
+    occasions, :mod:`autotune.explain.occasions`): no longer read, their configurations
+    measured here."""
 
 
 class Interval(BaseModel):
@@ -189,6 +193,8 @@ class Occasion(BaseModel):
     """Configurations holding runs of both kinds (0: nothing to compare)."""
     ratio: Interval | None = None
     """Lent over own (geometric mean over those configurations), with its 95% interval."""
+    left_out: bool = False
+    """The planner no longer reads its runs: they read apart (:attr:`ExplainState.left_out`)."""
 
     @property
     def drift(self) -> bool:

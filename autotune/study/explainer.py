@@ -324,8 +324,9 @@ class Explainer:
         )
         own = f"{self.ctx.study.study_name}#"
         result.borrowed_own = sum(
-            1 for rs in runs.values() for r in rs if (r.source or "").startswith(own)
-        )
+            1 for rs in planner.readable(runs, state).values() for r in rs
+            if (r.source or "").startswith(own)
+        )  # fmt: skip
         self._store(RESULT_ATTR, result.model_dump(mode="json"))
         return result
 
