@@ -21,7 +21,11 @@ winner without fp8 weights and without fp8 KV, and what else of the plan it meas
 
     .venv/bin/python benchmarks/explain_borrow.py --seeds 200
 
-Prints a Markdown table (BENCHMARKS.md, "Explaining the H200 winner: the plan").
+Then the drift between occasions (``--drift``, 17% by default, the H100s of issue 28): the
+explanation's machine reading below the check's, what each change bought with the check's
+lent runs left out once they read apart (the product) and kept (the drift check off).
+
+Prints Markdown tables (BENCHMARKS.md, "Explaining the H200 winner: the plan").
 """
 
 from __future__ import annotations
@@ -30,16 +34,19 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "explain"))
 
 import optuna  # noqa: E402
-from explain_replay import replay  # noqa: E402
+from explain_replay import explain, replay  # noqa: E402
 
+import autotune.explain.planner as planner_module  # noqa: E402
 from autotune.explain import ChangeSet, ExplainRun, ExplainSettings, Planner  # noqa: E402
 from autotune.explain.borrowed import borrowable_runs, own_terms  # noqa: E402
+from autotune.explain.occasions import occasions as _occasions  # noqa: E402
 from autotune.results import best_estimate  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 
@@ -63,6 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--noise", type=float, default=0.03)
+    ap.add_argument("--drift", type=float, default=0.17, help="the check's machine above this one")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(REPO / "search_spaces" / "vllm-h200.yaml")
@@ -133,6 +141,63 @@ def main() -> None:
                 f"| {label} | {arm} | {statistics.median(restarts):.0f} "
                 f"({q[0]:.0f}-{q[-1]:.0f}) | "
                 + (f"{100 * small / args.seeds:.0f}% |" if settings.minimal else "- |")
+            )
+    drift_table(changes, estimate, _lent(offered.runs), baseline, seeds=args.seeds,
+                noise=args.noise, drift=args.drift)  # fmt: skip
+
+
+def drift_table(
+    changes: ChangeSet,
+    estimate: Any,
+    lent: dict[str, list[ExplainRun]],
+    baseline: Any,
+    *,
+    seeds: int,
+    noise: float,
+    drift: float,
+) -> None:
+    """What each change bought (``--repeats 2 --no-path --no-minimal``, the check's 9 runs
+    lent) when the explanation's machine reads ``1 / (1 + drift)`` of the check's, as the
+    H100s of issue 28 did: the product (lent runs that read apart are left out) against
+    keeping them (the drift check switched off), by the fp8 weights' contribution."""
+    settings = ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False)
+    print(
+        "\n| machine vs the check's | lent runs that read apart | restarts: median (10-90%) "
+        "| check left out | fp8 weights bought: median (truth) | 95% interval covers it |"
+    )
+    print("|---|---|---|---|---|---|")
+    base_truth = truth(baseline)
+    for factor in (1.0, 1 / (1 + drift)):
+
+        def here(config: Any, f: float = factor) -> float:
+            return f * base_truth(config)  # type: ignore[operator]
+
+        fp8 = here(changes.winner_config) - here(changes.revert_alone("quantization")[0].config)
+        for keep in (False, True):
+            if keep:
+                planner_module.occasions = lambda *a, **k: []  # type: ignore[assignment]
+            restarts, left, bought, covered = [], 0, [], 0
+            for seed in range(seeds):
+                planner = Planner(
+                    changes, settings, winner=estimate.trial.number,
+                    prior_noise=(estimate.noise_sd, estimate.noise_df),
+                )  # fmt: skip
+                done = replay(planner, here, seed=seed, noise=noise,
+                              runs={k: list(v) for k, v in lent.items()})  # fmt: skip
+                restarts.append(len(done.measured))
+                left += bool(done.state.left_out)
+                e = explain(planner, done)
+                x = next(x.contribution for x in e.effects if x.change == "quantization")
+                assert x is not None
+                bought.append(x.value)
+                covered += x.low is not None and x.high is not None and x.low <= fp8 <= x.high
+            planner_module.occasions = _occasions
+            q = statistics.quantiles(restarts, n=10)
+            print(
+                f"| {100 * (factor - 1):+.1f}% | {'kept' if keep else 'left out (the product)'} "
+                f"| {statistics.median(restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
+                f"{100 * left / seeds:.0f}% | {statistics.median(bought):,.0f} ({fp8:,.0f}) | "
+                f"{100 * covered / seeds:.0f}% |"
             )
 
 
