@@ -304,12 +304,7 @@ class Planner:
         objective: str,
         stopped: str | None = None,
     ) -> Explanation:
-        lent = occasions(self.readable(runs, state), self.noise(runs))
-        gone = [
-            o.model_copy(update={"left_out": True})
-            for o in occasions(runs, self.noise(runs))
-            if o.study in state.left_out
-        ]
+        lent = occasions(runs, self.noise(runs), left_out=state.left_out)
         runs = self.readable(runs, state)
         sd, df = self.noise(runs)
         win = self.measured(runs, self.winner.key, sd, df)
@@ -394,7 +389,7 @@ class Planner:
             minimal=minimal,
             runs=state.runs,
             borrowed=sum(1 for rs in runs.values() for r in rs if r.source is not None),
-            occasions=sorted([*lent, *gone], key=lambda o: o.study),
+            occasions=lent,
             complete=complete or not self.changes.changes,
             stopped=stopped,
         )

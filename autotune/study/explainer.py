@@ -140,8 +140,8 @@ class Explainer:
         sources: Sequence[RunSource],
         winner_trial: int,
         runs: dict[str, list[ExplainRun]],
+        changes: ChangeSet,
         *,
-        changes: ChangeSet | None = None,
         own_repeats: int | None = None,
     ) -> list[Borrowed]:
         """Store the measurements ``sources`` offer (:mod:`autotune.explain.borrowed`) as
@@ -173,7 +173,7 @@ class Explainer:
                 src.study, space=ctx.space, engine_version=versions, inherited=inherited
             )
             out.append(self._take(offered, runs, have))
-        if own_repeats is not None and changes is not None:
+        if own_repeats is not None:
             own = f"{ctx.study.study_name}#"
             held = Counter(
                 key for key, rs in runs.items() for r in rs if not (r.source or "").startswith(own)
@@ -220,9 +220,7 @@ class Explainer:
         self._unread = {k: len(rs) - len(runs.get(k, ())) for k, rs in stored.items()}
         if sources or settings.own_runs:
             own = settings.repeats if settings.own_runs else None
-            self.borrow(
-                sources, planner.winner_number, runs, changes=planner.changes, own_repeats=own
-            )
+            self.borrow(sources, planner.winner_number, runs, planner.changes, own_repeats=own)
         state = load_state(ctx.study)
         if state is None or (state.winner, state.winner_key) != (
             planner.winner_number,

@@ -79,21 +79,29 @@ def test_the_study_lends_its_other_configurations_runs_never_the_winners(own: Ow
     # the winner's configuration: every run is the explanation's own
     assert own.runs[win] == [(0, None), (1, None)]
     # the baseline (#0, the first trial: a fresh start): its first run lent, the second measured
-    assert own.runs[base] == [(0, "own#0"), (1, None)]
+    assert own.runs[base][:2] == [(0, "own#0"), (1, None)]
     lent = sorted(s for rs in own.runs.values() for _, s in rs if s is not None)
     # the revert (#2): its trial, or its re-measurement where the trial kept the router
     assert lent in (["own#0", "own#2"], ["own#0", "own#2/1"])
-    measured = [s for rs in own.runs.values() for _, s in rs if s is None]
-    assert len(measured) == 8 and e.runs == 8 and e.borrowed == e.borrowed_own == 2
     assert all(x.without.n == 2 for x in e.effects)
-    assert f"{e.runs} runs + {e.borrowed} borrowed ({e.borrowed_own} from its own trials)" in (
-        own.out
-    )
     assert "from study 'own'" in own.out and "the winner's configuration" in own.out
     # the baseline and the revert hold a lent run and one of the explanation's own
     [occasion] = e.occasions
     assert occasion.study == "own" and occasion.configurations == 2
     assert "runs lent by study 'own' read " in own.out
+    measured = [s for rs in own.runs.values() for _, s in rs if s is None]
+    if occasion.left_out:
+        # on a busy machine the study's trials and the explanation can read apart (the
+        # drift between occasions): its runs left out, the two configurations measured here
+        assert occasion.drift and "its runs are left out" in own.out
+        assert len(measured) == 10 and e.runs == 10 and e.borrowed == e.borrowed_own == 0
+        assert own.runs[base] == [(0, "own#0"), (1, None), (2, None)]
+    else:
+        assert not occasion.drift and "within the noise" in own.out
+        assert len(measured) == 8 and e.runs == 8 and e.borrowed == e.borrowed_own == 2
+        assert f"{e.runs} runs + {e.borrowed} borrowed ({e.borrowed_own} from its own trials)" in (
+            own.out
+        )
 
 
 def test_the_report_says_the_runs_came_from_the_study_itself(own: OwnRuns) -> None:
@@ -102,11 +110,16 @@ def test_the_report_says_the_runs_came_from_the_study_itself(own: OwnRuns) -> No
                cwd=own.root)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     e = own.result
-    assert (
-        f"{e.runs} run(s) and {e.borrowed_own} borrowed from the study's own trials "
-        "(not the winner's), each from freshly started"
-    ) in out.read_text()
-    assert "Runs lent by study &#x27;own&#x27; read " in out.read_text()
+    html = out.read_text()
+    assert "Runs lent by study &#x27;own&#x27; read " in html
+    if e.occasions[0].left_out:  # read apart (a busy machine): no run of the study is used
+        assert f"{e.runs} run(s), each from freshly started" in html
+        assert "its runs are left out" in html
+    else:
+        assert (
+            f"{e.runs} run(s) and {e.borrowed_own} borrowed from the study's own trials "
+            "(not the winner's), each from freshly started"
+        ) in html
 
 
 def test_the_study_file_can_ask_for_it_and_the_flag_can_refuse_it(own: OwnRuns) -> None:
