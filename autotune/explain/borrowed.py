@@ -51,6 +51,7 @@ from pydantic import ValidationError
 
 from autotune.errors import ConfigError, StorageError
 from autotune.explain.changes import ChangeSet
+from autotune.explain.occasions import lent_by
 from autotune.explain.record import ExplainRun
 from autotune.results import REMEASURE_PREFIX, carried, feasible
 from autotune.space import SearchSpace
@@ -189,8 +190,7 @@ def without_own_winner(
     """``runs`` less those the explained ``study`` lent of ``winner_key``: lent while another
     trial was the winner, they are now the winner's own figures (module doc). Kept in
     storage, left out of what the explanation reads."""
-    own = f"{study}#"
-    kept = [r for r in runs.get(winner_key, ()) if not (r.source or "").startswith(own)]
+    kept = [r for r in runs.get(winner_key, ()) if not lent_by(r, study)]
     if winner_key in runs and len(kept) != len(runs[winner_key]):
         return {**runs, winner_key: kept}
     return runs

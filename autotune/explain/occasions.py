@@ -28,6 +28,12 @@ def source_study(source: str) -> str:
     return source.rpartition("#")[0]
 
 
+def lent_by(run: ExplainRun, study: str) -> bool:
+    """Whether ``run`` was lent by ``study`` (compared whole: a prefix test would take
+    ``a#b``'s runs for ``a``'s)."""
+    return run.source is not None and source_study(run.source) == study
+
+
 def within_noise(runs: Mapping[str, Sequence[ExplainRun]]) -> tuple[float | None, int]:
     """The relative run-to-run noise pooled over runs of one configuration measured on one
     occasion (the explanation's own, or one lending study's)."""

@@ -41,6 +41,7 @@ from autotune.explain.borrowed import (
     own_terms,
     without_own_winner,
 )
+from autotune.explain.occasions import lent_by
 from autotune.explain.record import RESULT_ATTR, STATE_ATTR, run_key
 from autotune.results import best_estimate, objective_label
 from autotune.study._optuna_compat import trial_by_number
@@ -174,10 +175,8 @@ class Explainer:
             )
             out.append(self._take(offered, runs, have))
         if own_repeats is not None:
-            own = f"{ctx.study.study_name}#"
-            held = Counter(
-                key for key, rs in runs.items() for r in rs if not (r.source or "").startswith(own)
-            )
+            own = ctx.study.study_name
+            held = Counter(key for key, rs in runs.items() for r in rs if not lent_by(r, own))
             leave, per_config = own_terms(changes, own_repeats)
             offered = borrowable_runs(
                 ctx.study,
@@ -320,11 +319,10 @@ class Explainer:
             objective=what,
             stopped=stopped if not partial else "in progress",
         )
-        own = f"{self.ctx.study.study_name}#"
+        own = self.ctx.study.study_name
         result.borrowed_own = sum(
-            1 for rs in planner.readable(runs, state).values() for r in rs
-            if (r.source or "").startswith(own)
-        )  # fmt: skip
+            lent_by(r, own) for rs in planner.readable(runs, state).values() for r in rs
+        )
         self._store(RESULT_ATTR, result.model_dump(mode="json"))
         return result
 
