@@ -7,10 +7,12 @@
 Prints BENCHMARKS.md's table, one row per arm: server restarts spent, the best configuration
 (levers changed from vLLM's defaults), its output tok/s (mean of its measurements, n), J/token
 where NVML telemetry exists, and the gain over vLLM's defaults; then, once the check study has
-measured the winner, issue 28's done criterion arm by arm (:func:`verdict`). What it reads,
-for STUDY:
+measured the winner, issue 28's done criterion arm by arm (:func:`verdict`); and, once
+``autotune explain`` ran on the tuning study, what each of the winner's changes bought
+(:func:`explanation_lines`). What it reads, for STUDY:
 
-* ``STUDY.db``: autotune's default sampler (TPE), ``studies/STUDY.yaml``;
+* ``STUDY.db``: autotune's default sampler (TPE), ``studies/STUDY.yaml``, and the
+  explanation of its winner stored in it;
 * ``STUDY-random.db``: random search, ``studies/STUDY-random.yaml``;
 * ``STUDY-side-by-side.tar.gz``: ``scripts/h200/run.sh sweep`` (and ``agreement``)'s directory,
   as ``collect`` returned it: ``vllm bench sweep serve``'s results and log;
@@ -44,6 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from autotune.explain.occasions import describe  # noqa: E402
+from autotune.explain.record import Effect, Measured, load_explanation  # noqa: E402
 from autotune.results import ConfigEstimate, best_estimate, config_estimates, t_quantile  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
@@ -329,6 +333,57 @@ def verdict(
     return out
 
 
+def _measured(m: Measured) -> str:
+    if m.mean is None:
+        return f"failed: {m.failure}" if m.failure else "not measured"
+    return f"{m.mean.value:,.1f} (n={m.n})"
+
+
+def _value(config: Mapping[str, Any], lever: str) -> str:
+    value = config.get(lever)
+    return "default" if value is None else str(value)
+
+
+def _change(x: Effect) -> str:
+    moved = ", ".join(
+        f"{lever}: {_value(x.baseline, lever)} -> {_value(x.winner, lever)}" for lever in x.levers
+    )
+    return moved + (" (required)" if x.required else "")
+
+
+def explanation_lines(db: Path, name: str) -> list[str]:
+    """What ``autotune explain`` stored in the tuning study: each change of the winner, the
+    winner measured without it and what it bought, with the 95% interval; how the runs it
+    borrowed read against its own (:func:`autotune.explain.occasions.describe`). Nothing
+    before it ran."""
+    study = _load(db, name)
+    e = None if study is None else load_explanation(study)
+    if e is None:
+        return []
+    lent = f" + {e.borrowed} borrowed" if e.borrowed else ""
+    if e.borrowed_own:
+        lent += f" ({e.borrowed_own} from the study's own trials)"
+    noise = "" if e.noise_sd is None else f"; run-to-run noise {100 * e.noise_sd:.1f}%"
+    out = [
+        f"What the winner's changes bought (`autotune explain` of #{e.winner}: "
+        f"{e.runs} restarts{lent}"
+        + ("" if e.complete else f"; incomplete: {e.stopped or 'not finished'}")
+        + f"): the winner {_measured(e.winner_measured)}, vLLM's defaults "
+        f"{_measured(e.baseline_measured)}{noise}.",
+        "",
+        f"| change | the winner without it, {e.unit} | what it bought (95% CI) | share |",
+        "|---|---|---|---|",
+    ]
+    for x in sorted(e.effects, key=lambda x: -(x.contribution.value if x.contribution else 0)):
+        c = x.contribution
+        bought = "-" if c is None else f"{c.value:+,.1f}"
+        if c is not None and c.low is not None and c.high is not None:
+            bought += f" ({c.low:+,.1f} to {c.high:+,.1f})"
+        share = "-" if x.relative is None else f"{100 * x.relative:+.1f}%"
+        out.append(f"| {_change(x)} | {_measured(x.without)} | {bought} | {share} |")
+    return out + ["", *(f"* {describe(o)}" for o in e.occasions)]
+
+
 def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
     card, stored = card_of(study)
     here = stored if here is None else here
@@ -369,7 +424,11 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         winner=check[2], defaults=check[0], hand=check[1], random=rnd, sweep=sweep,
         agreement=agreement,
     )  # fmt: skip
-    return out + ["", *lines] if lines else out
+    explained = explanation_lines(here / f"{study}.db", study)
+    return out + [
+        *(["", *lines] if lines else []),
+        *(["", *explained] if explained else []),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

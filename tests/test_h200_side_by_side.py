@@ -23,7 +23,15 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.explain import ChangeSet, Decide, ExplainRun, ExplainSettings, Finished, Planner
+from autotune.explain import (
+    ChangeSet,
+    Decide,
+    ExplainRun,
+    ExplainSettings,
+    Finished,
+    Planner,
+    load_runs,
+)
 from autotune.explain.borrowed import borrowable_runs, own_terms
 from autotune.space import load_space
 from autotune.study.definition import load_study_definition
@@ -436,7 +444,8 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
     assert agreement[5] == "vllm bench serve -1.5% vs autotune's client"
     # Below the table, the done criterion arm by arm; the sweep by its own client on both
     # sides (the agreement run's `vllm bench serve` runs of the winner).
-    verdict = lines[lines.index("The winner re-measured (winner #23) against each arm:") + 1 :]
+    start = lines.index("The winner re-measured (winner #23) against each arm:") + 1
+    verdict = lines[start : lines.index("", start)]
     assert verdict == [
         "* vLLM's defaults (3 fresh starts): +17.4% (95% CI +3.8 to +31.1%); "
         "side by side, one session",
@@ -446,6 +455,22 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
         "* the sweep's best (max_num_seqs=512, max_num_batched_tokens=16384): +6.7% (95% CI "
         "-9.8 to +23.3%); `vllm bench serve` on both sides, not side by side",
     ]
+    # Last, what `autotune explain` of the winner stored (2026-12-07, one H100): fp8 weights
+    # bought the gain, 95% interval above zero; prefix caching off is within the noise.
+    explained = lines[lines.index("", start) + 1 :]
+    assert explained[0].startswith(
+        "What the winner's changes bought (`autotune explain` of #23: 3 restarts + 9 borrowed): "
+        "the winner 9,484.7 (n=4), vLLM's defaults 8,159.9 (n=3); run-to-run noise 3.5%."
+    )
+    assert explained[4:6] == [
+        "| quantization: default -> fp8 | 8,398.3 (n=2) | +1,086.4 (+465.3 to +1,707.6) | +11.5% |",
+        "| enable_prefix_caching: default -> off | 9,191.4 (n=3) | +293.3 (-288.4 to +874.9) "
+        "| +3.1% |",
+    ]
+    assert explained[7].startswith(
+        "* runs lent by study 'vllm-h100-moe-check' read +4.3% against this explanation's own "
+        "runs of the same 1 configuration(s) (95% interval -5.3..+14.9%): within the noise"
+    )
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
@@ -576,3 +601,16 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
     )  # fmt: skip
     assert [r.source for r in own.runs] == ["vllm-h100-moe#17"]
     assert own.runs[0].key == changes.revert_alone("quantization")[0].key
+    # What the H100 did (2026-12-07): the plan of an unchanged machine, 3 restarts; the nine
+    # borrowed runs stored beside them, none of the study's own
+    stored = load_runs(study)
+    measured = {key: len([r for r in rs if r.source is None]) for key, rs in stored.items()}
+    assert {k: n for k, n in measured.items() if n} == {
+        changes.revert_alone("quantization")[0].key: 2,
+        space.config_key(winner.config): 1,
+    }
+    assert all(
+        r.source.startswith("vllm-h100-moe-check#")
+        for rs in stored.values() for r in rs if r.source is not None
+    )  # fmt: skip
+    assert sum(len(rs) for rs in stored.values()) == 12
