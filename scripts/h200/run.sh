@@ -122,7 +122,8 @@
 #       STUDY=vllm-h100-moe-check CALL_S=$((585 - SECONDS + t0)) scripts/h200/run.sh check watch 600
 #     (random search's winner is vLLM's defaults, so the check's three configurations are all),
 #     then STUDY=vllm-h100-moe ROUNDS=2 CALL_S=285 scripts/h200/run.sh agreement watch 600 pack.
-#     Left: `autotune explain` of its winner (two levers from the defaults). All 9 runs of the
+#     Then `autotune explain` of its winner (two levers from the defaults; done 2026-12-07,
+#     BENCHMARKS.md "The MoE winner explained on an H100": 3 restarts in 265 s). All 9 runs of the
 #     check study are borrowable (the winner's and the defaults' 3 each, and the hand-picked
 #     fp8 weights, which is the winner with prefix caching reverted), so only the revert of fp8
 #     is measured, and the winner once (the anchor beside the check's runs): 3 restarts,
@@ -133,7 +134,7 @@
 #     STUDY=vllm-h100-moe FROM_DB=benchmarks/h100/vllm-h100-moe.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h100-moe-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-h100-moe-check.db" \
-#       MODELS=h200-moe:/tmp/autotune-moe scripts/h200/run.sh kit models explain watch 420
+#       MODELS=h200-moe:/tmp/autotune-moe CALL_S=420 scripts/h200/run.sh kit models explain watch 600
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
