@@ -23,7 +23,10 @@ winner without fp8 weights and without fp8 KV, and what else of the plan it meas
 
 Then the drift between occasions (``--drift``, 17% by default, the H100s of issue 28): the
 explanation's machine reading below the check's, what each change bought with the check's
-lent runs left out once they read apart (the product) and kept (the drift check off).
+lent runs left out once they read apart (the product) and kept (the drift check off). Last,
+the dense plan over two device sessions on two GPUs (``--first`` runs on the first): the
+explanation's own runs on the earlier GPU compared with the later one's like a lending
+study's (the product) or pooled as one occasion (that check off).
 
 Prints Markdown tables (BENCHMARKS.md, "Explaining the H200 winner: the plan").
 """
@@ -71,6 +74,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--noise", type=float, default=0.03)
     ap.add_argument("--drift", type=float, default=0.17, help="the check's machine above this one")
+    ap.add_argument("--first", type=int, default=6, help="runs on the first machine (one session)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(REPO / "search_spaces" / "vllm-h200.yaml")
@@ -144,6 +148,14 @@ def main() -> None:
             )
     drift_table(changes, estimate, _lent(offered.runs), baseline, seeds=args.seeds,
                 noise=args.noise, drift=args.drift)  # fmt: skip
+    leave, per_config = own_terms(changes, 2)
+    own = borrowable_runs(
+        dense, space=space, engine_version=winner.engine_version, leave=leave,
+        per_config=per_config, held={k: len(v) for k, v in _lent(offered.runs).items()},
+    )  # fmt: skip
+    machines_table(changes, estimate, _lent(offered.runs + own.runs), baseline,
+                   seeds=args.seeds, noise=args.noise, drift=args.drift,
+                   first=args.first)  # fmt: skip
 
 
 def drift_table(
@@ -198,6 +210,75 @@ def drift_table(
                 f"| {statistics.median(restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
                 f"{100 * left / seeds:.0f}% | {statistics.median(bought):,.0f} ({fp8:,.0f}) | "
                 f"{100 * covered / seeds:.0f}% |"
+            )
+
+
+GPU_A, GPU_B = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-0000"
+
+
+def machines_table(
+    changes: ChangeSet,
+    estimate: Any,
+    lent: dict[str, list[ExplainRun]],
+    baseline: Any,
+    *,
+    seeds: int,
+    noise: float,
+    drift: float,
+    first: int,
+) -> None:
+    """The dense plan of ``scripts/h200/run.sh`` (the check's 9 runs and the study's own
+    lent, ``--repeats 2 --no-path --no-minimal``) over two device sessions: ``first`` runs
+    on one GPU, which reads like the check's, the rest on another reading ``1 / (1 + drift)``
+    of it (or the same). The product (runs on the earlier GPU are an occasion of their own:
+    :func:`autotune.explain.occasions.by_occasion`) against the machines check switched off
+    (the lending studies' check stays on), by the fp8 weights' contribution on the second
+    GPU, where the explanation ends."""
+    settings = ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False)
+    print(
+        f"\n| second GPU vs the first (first: {first} runs) | machines told apart "
+        "| restarts: median (10-90%) | first GPU left out | fp8 weights bought: median "
+        "(truth there) | 95% interval: median width | covers it |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    base_truth = truth(baseline)
+    identity = planner_module.by_occasion
+    for factor in (1.0, 1 / (1 + drift)):
+
+        def there(config: Any, f: float = factor) -> float:
+            return f * base_truth(config)  # type: ignore[operator]
+
+        fp8 = there(changes.winner_config) - there(changes.revert_alone("quantization")[0].config)
+        for off in (False, True):
+            if off:
+                planner_module.by_occasion = lambda runs: {k: list(v) for k, v in runs.items()}
+            restarts, left, bought, covered, widths = [], 0, [], 0, []
+            for seed in range(seeds):
+                planner = Planner(
+                    changes, settings, winner=estimate.trial.number,
+                    prior_noise=(estimate.noise_sd, estimate.noise_df),
+                )  # fmt: skip
+                one = replay(planner, base_truth, seed=seed, noise=noise,  # type: ignore[arg-type]
+                             runs={k: list(v) for k, v in lent.items()}, budget=first,
+                             machine=GPU_A)  # fmt: skip
+                done = replay(planner, there, seed=seed, noise=noise, runs=one.runs,
+                              state=one.state, machine=GPU_B)  # fmt: skip
+                restarts.append(len(one.measured) + len(done.measured))
+                left += any(s.startswith("(this explanation on") for s in done.state.left_out)
+                e = explain(planner, done)
+                x = next(x.contribution for x in e.effects if x.change == "quantization")
+                assert x is not None
+                bought.append(x.value)
+                covered += x.low is not None and x.high is not None and x.low <= fp8 <= x.high
+                if x.low is not None and x.high is not None:
+                    widths.append(x.high - x.low)
+            planner_module.by_occasion = identity
+            q = statistics.quantiles(restarts, n=10)
+            print(
+                f"| {100 * (factor - 1):+.1f}% | {'off' if off else 'yes (the product)'} "
+                f"| {statistics.median(restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
+                f"{100 * left / seeds:.0f}% | {statistics.median(bought):,.0f} ({fp8:,.0f}) | "
+                f"{statistics.median(widths):,.0f} | {100 * covered / seeds:.0f}% |"
             )
 
 

@@ -603,14 +603,14 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
     assert own.runs[0].key == changes.revert_alone("quantization")[0].key
     # What the H100 did (2026-12-07): the plan of an unchanged machine, 3 restarts; the nine
     # borrowed runs stored beside them, none of the study's own
-    stored = load_runs(study)
-    measured = {key: len([r for r in rs if r.source is None]) for key, rs in stored.items()}
+    explained = load_runs(study)
+    measured = {key: len([r for r in rs if r.source is None]) for key, rs in explained.items()}
     assert {k: n for k, n in measured.items() if n} == {
         changes.revert_alone("quantization")[0].key: 2,
         space.config_key(winner.config): 1,
     }
     assert all(
         r.source.startswith("vllm-h100-moe-check#")
-        for rs in stored.values() for r in rs if r.source is not None
+        for rs in explained.values() for r in rs if r.source is not None
     )  # fmt: skip
-    assert sum(len(rs) for rs in stored.values()) == 12
+    assert sum(len(rs) for rs in explained.values()) == 12

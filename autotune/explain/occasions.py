@@ -12,6 +12,14 @@ measured, so the drift itself does not widen the interval that should show it). 
 interval that excludes 1 says the occasions differ: the planner leaves that study's runs
 out, frozen in the state, and measures what they stood for (:meth:`Planner.next`); the
 explanation lists the study as left out.
+
+An explanation's own runs can span occasions too: on hardware lent a session at a time it
+resumes on another machine (issue 28's GPUs: a new one nearly every session, and two H100s
+ran vLLM's defaults 17% apart). :func:`by_occasion` marks the runs measured on an earlier
+machine (their GPUs' NVML UUIDs) as that machine's occasion, so the same comparison, the
+anchor run and the leaving out apply to them as to a lending study's. The current machine is
+the one of the latest run; on a machine without GPU telemetry (the twin, a CPU) every run
+is one occasion, as before.
 """
 
 from __future__ import annotations
@@ -26,6 +34,57 @@ from autotune.results import noise_level, t_quantile
 def source_study(source: str) -> str:
     """The study of a borrowed run's origin (``STUDY#N``, ``STUDY#N/R``)."""
     return source.rpartition("#")[0]
+
+
+MACHINE_PREFIX = "(this explanation on "
+"""How an earlier machine's occasion is named (in ``ExplainState.left_out`` and
+``Occasion.study``): no study file can name a study so (its ``study:`` pattern refuses
+parentheses)."""
+
+
+def machine_occasion(machine: str) -> str:
+    """The occasion's name for the GPUs ``machine`` (comma-joined NVML UUIDs): each UUID's
+    first two parts (``GPU-6afddaf0``), enough to tell a session's GPUs apart."""
+    short = "+".join("-".join(uuid.split("-")[:2]) for uuid in machine.split(","))
+    return f"{MACHINE_PREFIX}{short})"
+
+
+def current_machine(runs: Mapping[str, Sequence[ExplainRun]]) -> str | None:
+    """The machine of this explanation's latest run: by ``measured_at`` (untimed runs come
+    before timed ones), among untimed ones the machine holding most runs."""
+    own = [r for rs in runs.values() for r in rs if r.source is None and r.machine is not None]
+    if not own:
+        return None
+    timed = [r for r in own if r.measured_at is not None]
+    if timed:
+        return max(timed, key=lambda r: r.measured_at or 0.0).machine
+    counts: dict[str, int] = {}
+    for r in own:
+        counts[r.machine or ""] = counts.get(r.machine or "", 0) + 1
+    return max(sorted(counts), key=lambda m: counts[m])
+
+
+def by_occasion(runs: Mapping[str, Sequence[ExplainRun]]) -> dict[str, list[ExplainRun]]:
+    """``runs`` with this explanation's own runs on an earlier machine given that machine's
+    occasion as their source (``(this explanation on GPU-...)#KEY/I``): from here on they
+    are read like a lending study's (module doc). Unchanged where every own run was
+    measured on one machine, or on none that NVML saw."""
+    here = current_machine(runs)
+    out: dict[str, list[ExplainRun]] = {}
+    for key, rs in runs.items():
+        out[key] = [
+            r.model_copy(update={"source": f"{machine_occasion(m)}#{key}/{r.index}"})
+            if r.source is None and here is not None and (m := r.machine) not in (None, here)
+            else r
+            for r in rs
+        ]
+    return out
+
+
+def borrowed(run: ExplainRun) -> bool:
+    """Whether ``run`` was lent by a study (not measured here, on this machine or an earlier
+    one)."""
+    return run.source is not None and not run.source.startswith(MACHINE_PREFIX)
 
 
 def lent_by(run: ExplainRun, study: str) -> bool:
@@ -54,8 +113,10 @@ def occasions(
 ) -> list[Occasion]:
     """Per study lending runs (in name order): the mean of its runs over the mean of the
     explanation's own, per configuration holding both, pooled over those configurations
-    (geometric mean), with a 95% interval from :func:`within_noise` (``prior``, relative
-    noise and its degrees of freedom, until runs were repeated); studies sharing no
+    (geometric mean), with a 95% interval from :func:`within_noise` (until a configuration
+    was run twice on one occasion, ``prior``: the tuning study's relative noise and its
+    degrees of freedom, never a figure pooled across occasions, which the drift itself
+    would widen); studies sharing no
     configuration with the explanation's own runs are listed with ``configurations=0`` and
     no ratio; ``left_out``: the studies the planner no longer reads."""
     sd, df = within_noise(runs)
@@ -97,16 +158,21 @@ def occasions(
 
 def describe(o: Occasion) -> str:
     """One sentence on how ``o``'s runs read against the explanation's own."""
-    lent = f"runs lent by study {o.study!r}"
+    if o.study.startswith(MACHINE_PREFIX):
+        lent = f"runs measured here on an earlier machine ({o.study[len(MACHINE_PREFIX) : -1]})"
+        own = "this machine's runs"
+    else:
+        lent, own = f"runs lent by study {o.study!r}", "this explanation's own runs"
     if o.ratio is None:
-        return f"{lent} share no configuration with this explanation's own runs: " + (
+        return f"{lent} share no configuration with {own}: " + (
             "left out" if o.left_out else "a drift between the occasions is not measured"
         )
     r = o.ratio
     text = (
-        f"{lent} read {100 * (r.value - 1):+.1f}% against this explanation's own runs of the "
+        f"{lent} read {100 * (r.value - 1):+.1f}% against {own} of the "
         f"same {o.configurations} configuration(s)"
     )
+
     if r.low is None or r.high is None:
         return text + " (no noise figure yet)"
     text += f" (95% interval {100 * (r.low - 1):+.1f}..{100 * (r.high - 1):+.1f}%)"

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 from autotune.explain.changes import ChangeSet, Variant
 from autotune.explain.elimination import eliminate
-from autotune.explain.occasions import describe, occasions, source_study
+from autotune.explain.occasions import borrowed, by_occasion, describe, occasions, source_study
 from autotune.explain.record import (
     Effect,
     ExplainState,
@@ -143,7 +143,10 @@ class Planner:
 
     @staticmethod
     def readable(runs: Runs, state: ExplainState) -> Runs:
-        """``runs`` less those lent by a study the state left out (they read apart)."""
+        """``runs``, those measured here on an earlier machine marked as its occasion
+        (:func:`~autotune.explain.occasions.by_occasion`), less those of an occasion the
+        state left out (they read apart)."""
+        runs = by_occasion(runs)
         if not state.left_out:
             return runs
         gone = set(state.left_out)
@@ -165,7 +168,7 @@ class Planner:
             return self.measure(
                 anchor, "ablation", runs, note="beside the lent runs: the occasions compared"
             )
-        for o in occasions(runs, self.noise(runs)):
+        for o in occasions(runs, self.prior_noise):
             if o.drift:
                 return Decide(
                     state.model_copy(update={"left_out": [*state.left_out, o.study]}),
@@ -304,7 +307,7 @@ class Planner:
         objective: str,
         stopped: str | None = None,
     ) -> Explanation:
-        lent = occasions(runs, self.noise(runs), left_out=state.left_out)
+        lent = occasions(by_occasion(runs), self.prior_noise, left_out=state.left_out)
         runs = self.readable(runs, state)
         sd, df = self.noise(runs)
         win = self.measured(runs, self.winner.key, sd, df)
@@ -388,7 +391,7 @@ class Planner:
             path=path,
             minimal=minimal,
             runs=state.runs,
-            borrowed=sum(1 for rs in runs.values() for r in rs if r.source is not None),
+            borrowed=sum(1 for rs in runs.values() for r in rs if borrowed(r)),
             occasions=lent,
             complete=complete or not self.changes.changes,
             stopped=stopped,

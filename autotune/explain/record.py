@@ -61,6 +61,20 @@ class ExplainRun(BaseModel):
     source: str | None = None
     """Where a borrowed run was measured (``STUDY#N``: that study's trial N, ``STUDY#N/R``:
     its re-measurement R; :mod:`autotune.explain.borrowed`); None: by this explanation."""
+    measured_at: float | None = None
+    """Unix time when this explanation stored the run (None: borrowed, or stored before
+    runs were timed): which machine an explanation resumed on last
+    (:func:`autotune.explain.occasions.by_occasion`)."""
+
+    @property
+    def machine(self) -> str | None:
+        """The GPUs the run was measured on (their NVML UUIDs), None where none were
+        measured (a CPU machine, the twin)."""
+        t = self.telemetry
+        if t is None or not t.available:
+            return None
+        uuids = sorted(g.uuid for g in t.gpus if g.uuid)
+        return ",".join(uuids) if uuids else None
 
     @property
     def value(self) -> float | None:

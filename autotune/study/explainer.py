@@ -294,6 +294,7 @@ class Explainer:
             phase_seconds=record.phase_seconds,
             capacity=record.capacity,
             telemetry=record.telemetry,
+            measured_at=time.time(),
         )
         self._store(run_key(step.key, index), run.model_dump(mode="json"))
         self.measured += 1

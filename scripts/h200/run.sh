@@ -94,7 +94,9 @@
 #   study's 9 fresh-start runs (defaults, hand-picked and the winner, 3 each: `explain
 #   --runs-from`) and the study's own exact reverts #23 (fp8 weights) and #24 (fp8 KV), one
 #   run each (`--own-runs`), so the 7 reverts take 12 restarts and the winner 1 (the anchor
-#   beside the check's runs: the drift between occasions measured), 13 in all, not 18
+#   beside the check's runs: the drift between occasions measured), 13 in all, not 18; over
+#   two sessions on two GPUs, 24 where the second reads apart from the first (its runs are
+#   then left out and everything measured on the second: BENCHMARKS.md, "Two sessions")
 #   (then the same without --no-minimal adds the minimal search, ~9 more: benchmarks/explain_borrow.py):
 #     STUDY=vllm-h200-dense FROM_DB=benchmarks/h200/vllm-h200-dense.db \
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --own-runs --runs-from vllm-h200-dense-check \

@@ -26,6 +26,7 @@ from autotune.explain import (
 )
 from autotune.explain.changes import ChangeSet
 from autotune.space import SearchSpace
+from autotune.telemetry.model import GpuTelemetry, Telemetry
 
 Config = dict[str, object]
 Truth = Callable[[Config], "float | tuple[float, bool] | None"]
@@ -51,7 +52,27 @@ def planner_for(
     return Planner(changes, settings or ExplainSettings(), winner=7)
 
 
-def measure(truth: Truth, step: Measure, index: int, *, seed: int, noise: float) -> ExplainRun:
+def _telemetry(machine: str | None) -> Telemetry | None:
+    """What NVML would record of a run on the GPU ``machine`` (its UUID): enough to tell
+    the machines apart."""
+    if machine is None:
+        return None
+    return Telemetry(source="nvml", gpus=[GpuTelemetry(index=0, uuid=machine, name="H100")])
+
+
+def measure(
+    truth: Truth,
+    step: Measure,
+    index: int,
+    *,
+    seed: int,
+    noise: float,
+    machine: str | None = None,
+    speed: float = 1.0,
+    at: float | None = None,
+) -> ExplainRun:
+    """One run: ``truth`` x seeded noise x ``speed`` (the machine's, against the truth),
+    on the GPU ``machine`` (None: no GPU telemetry), stored at ``at``."""
     true = truth(step.config)
     if true is None:
         return ExplainRun(
@@ -60,16 +81,20 @@ def measure(truth: Truth, step: Measure, index: int, *, seed: int, noise: float)
             config=step.config,  # type: ignore[arg-type]
             failure="cuda_oom",
             reason="CUDA out of memory",
+            telemetry=_telemetry(machine),
+            measured_at=at,
         )
     value, feasible = true if isinstance(true, tuple) else (true, True)
     rng = random.Random(f"{seed}:{step.key}:{index}")
-    noisy = value * math.exp(rng.gauss(0.0, noise))
+    noisy = speed * value * math.exp(rng.gauss(0.0, noise))
     return ExplainRun(
         key=step.key,
         index=index,
         config=step.config,  # type: ignore[arg-type]
         values=[noisy],
         feasible=feasible,
+        telemetry=_telemetry(machine),
+        measured_at=at,
     )
 
 
@@ -94,9 +119,13 @@ def replay(
     state: ExplainState | None = None,
     budget: int | None = None,
     max_steps: int = 2000,
+    machine: str | None = None,
+    speed: float = 1.0,
 ) -> Replay:
     """What ``Explainer.run`` does, step for step: ask, store a decision, check the budget
-    (total measurements of this explanation, as ``ExplainSettings.budget``), measure."""
+    (total measurements of this explanation, as ``ExplainSettings.budget``), measure (on
+    the GPU ``machine`` at ``speed``: :func:`measure`; each run stored one second after
+    the latest stored)."""
     runs = _stored(runs or {})
     state = state if state is not None else planner.new_state()
     out = Replay(runs=runs, state=state)
@@ -113,7 +142,11 @@ def replay(
         if budget is not None and state.runs >= budget:
             break
         index = len(runs.get(step.key, ()))
-        runs.setdefault(step.key, []).append(measure(truth, step, index, seed=seed, noise=noise))
+        at = 1.0 + max((r.measured_at or 0.0 for rs in runs.values() for r in rs), default=0.0)
+        runs.setdefault(step.key, []).append(
+            measure(truth, step, index, seed=seed, noise=noise, machine=machine, speed=speed,
+                    at=at)
+        )  # fmt: skip
         state = state.model_copy(update={"runs": state.runs + 1})
         out.measured.append(step)
     else:

@@ -7,12 +7,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+import explain_replay as replay_module
 import pytest
 from explain_replay import explain, planner_for, replay
 from explain_spaces import bool_levers
 
 from autotune.explain import ExplainSettings
-from autotune.explain.occasions import describe, occasions, source_study, within_noise
+from autotune.explain.occasions import (
+    borrowed,
+    by_occasion,
+    describe,
+    occasions,
+    source_study,
+    within_noise,
+)
 from autotune.explain.record import ExplainRun
 from autotune.results import t_quantile
 
@@ -161,3 +169,89 @@ def test_no_anchor_where_a_configuration_already_holds_both_kinds(tmp_path: Path
     assert not any("occasions compared" in m.why for m in result.measured)
     [o] = explain(planner, result).occasions
     assert o.configurations == 1 and not o.drift
+
+
+# --------------------------------------------------------------------------- machines
+
+GPU_A = "GPU-6afddaf0-0b1c-4d2e-8f30-1a2b3c4d5e6f"
+GPU_B = "GPU-f4d83bfd-9a8b-4c7d-a6e5-f0e1d2c3b4a5"
+
+
+def _measured(planner: Any, result: Any) -> dict[str, list[tuple[str | None, float]]]:
+    """Per configuration (by label), the machines and values of its runs."""
+    labels = {v.key: planner.label(v) for v in planner.ablation_variants()}
+    return {labels[key]: [(r.machine, r.value) for r in rs] for key, rs in result.runs.items()}
+
+
+def test_runs_on_an_earlier_machine_are_that_machines_occasion() -> None:
+    """Own runs on two GPUs: the latest run's GPU is this machine; the other's runs get an
+    occasion of their own, compared like a lending study's. Lent runs and runs without GPU
+    telemetry keep their source."""
+
+    def own(key: str, value: float, machine: str | None, at: float | None) -> ExplainRun:
+        return _run(key, value).model_copy(
+            update={"telemetry": replay_module._telemetry(machine), "measured_at": at}
+        )
+
+    runs = {
+        "w": [own("w", 1000.0, GPU_A, 1.0), own("w", 1010.0, GPU_A, 2.0),
+              own("w", 850.0, GPU_B, 5.0), own("w", 860.0, GPU_B, 6.0)],
+        "b": [own("b", 500.0, GPU_A, 3.0), _run("b", 505.0, "chk#0"), own("b", 430.0, None, 4.0)],
+    }  # fmt: skip
+    marked = by_occasion(runs)
+    assert [r.source for r in marked["w"]] == [
+        "(this explanation on GPU-6afddaf0)#w/0", "(this explanation on GPU-6afddaf0)#w/0",
+        None, None,
+    ]  # fmt: skip
+    assert [r.source for r in marked["b"]] == ["(this explanation on GPU-6afddaf0)#b/0",
+                                                "chk#0", None]  # fmt: skip
+    assert [borrowed(r) for r in marked["b"]] == [False, True, False]
+    got = {o.study: o for o in occasions(marked)}
+    earlier = got["(this explanation on GPU-6afddaf0)"]
+    # the run without telemetry counts as this machine's: the baseline 500 against 430
+    ratio = math.exp((math.log(1005 / 855) + math.log(500 / 430)) / 2)
+    assert earlier.ratio is not None and earlier.ratio.value == pytest.approx(ratio)
+    assert earlier.configurations == 2 and earlier.drift
+    assert describe(earlier).startswith(
+        "runs measured here on an earlier machine (GPU-6afddaf0) read +16.9% against this "
+        "machine's runs of the same 2 configuration(s)"
+    )
+    # one machine (or none seen): nothing changes
+    assert by_occasion({"w": runs["w"][:2]}) == {"w": runs["w"][:2]}
+    plain = {"w": [_run("w", 1000.0), _run("w", 990.0, "chk#1")]}
+    assert by_occasion(plain) == plain
+
+
+@pytest.mark.parametrize("speed", [1.0, 1 / 1.17])
+def test_an_explanation_resumed_on_another_gpu_compares_the_machines(
+    tmp_path: Path, speed: float
+) -> None:
+    """Five runs on one H100, the budget spent; resumed on another. Where the second reads
+    like the first, the ablation just finishes there (10 runs). Where it serves 17% less
+    (the drift issue 28's H100s showed), the first machine's runs are left out and every
+    configuration they stood for is measured again on the second, so no contribution is a
+    difference between two machines."""
+    space = bool_levers(tmp_path, ["fast", "noop", "mid"])
+    planner = planner_for(space, ALL, ExplainSettings(repeats=2, path=False, minimal=False))
+    planner.prior_noise = (0.03, 10)  # the tuning study's figure (3% over 10 df)
+    first = replay(planner, _three, seed=3, budget=5, machine=GPU_A)
+    assert len(first.measured) == 5 and not first.state.left_out
+    second = replay(planner, _three, seed=3, runs=first.runs, state=first.state,
+                    machine=GPU_B, speed=speed)  # fmt: skip
+    e = explain(planner, second)
+    [o] = e.occasions
+    assert o.study == "(this explanation on GPU-6afddaf0)" and e.borrowed == 0
+    if speed == 1.0:
+        assert len(second.measured) == 5 and not second.state.left_out and not o.drift
+        return
+    assert second.state.left_out == [o.study] and o.left_out
+    assert o.ratio is not None and o.ratio.value == pytest.approx(1.17, rel=0.05)
+    # every configuration read on the second GPU alone, 2 runs each
+    runs = _measured(planner, second)
+    assert all(sum(m == GPU_B for m, _ in rs) == 2 for rs in runs.values())
+    for x in e.effects:
+        assert x.without.n == 2
+    fast = next(x for x in e.effects if x.change == "fast")
+    assert fast.contribution is not None
+    # the truth on the second machine: 250 / 1.17 - 125 / 1.17
+    assert fast.contribution.value == pytest.approx(125 / 1.17, rel=0.1)

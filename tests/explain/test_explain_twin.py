@@ -169,6 +169,10 @@ def test_the_resumed_explanation_measures_only_what_remains(
     assert state is not None and state.runs == len(after) and state.winner == e.winner
     assert state.order is not None and state.order[0] == FLASHMLA
     assert set(load_runs(load(STUDY, twin.db))) == {raw["key"] for raw in after.values()}
+    # each run timed when stored (which machine was the latest, where GPUs are measured:
+    # autotune.explain.occasions), the resumed invocation's after the first's
+    first_done = max(raw["measured_at"] for raw in before.values())
+    assert all(raw["measured_at"] > first_done for k, raw in after.items() if k not in before)
     # finished: asked again, nothing is measured
     assert explained.after_third == after
     assert "done: 0 runs in" in explained.third.stdout
