@@ -82,6 +82,8 @@ class Row:
     gain: str = "-"
     values: list[float] = field(default_factory=list)
     note: str = ""
+    gpus: list[str | None] = field(default_factory=list)
+    """The GPU (NVML UUID) each of ``values`` was measured on, None where not recorded."""
 
     def line(self) -> str:
         cells = [self.arm, self.restarts, self.config, self.tok_s, self.j_per_token, self.gain]
@@ -123,6 +125,42 @@ def energy_per_token(study: optuna.Study, est: ConfigEstimate) -> list[float]:
 
 def _values(est: ConfigEstimate) -> list[float]:
     return [m.throughput for m in est.measurements if m.full and m.throughput is not None]
+
+
+def _gpus(study: optuna.Study, est: ConfigEstimate) -> list[str | None]:
+    """The GPUs (comma-joined NVML UUIDs) of :func:`_values`' measurements, in order."""
+    out: list[str | None] = []
+    for m in est.measurements:
+        if not m.full or m.throughput is None:
+            continue
+        if m.repeat == 0:
+            telemetry = study.trials[m.of].user_attrs.get("telemetry")
+        else:
+            telemetry = study.user_attrs.get(f"remeasure:{m.of}:{m.repeat}", {}).get("telemetry")
+        uuids = sorted(str(g["uuid"]) for g in (telemetry or {}).get("gpus", []) if g.get("uuid"))
+        out.append(",".join(uuids) or None)
+    return out
+
+
+def same_gpu(a: Row, b: Row) -> str:
+    """Whether ``a``'s and ``b``'s runs shared a GPU (a device session lends a new one nearly
+    every time, and two of a kind served vLLM's defaults 17% apart): one GPU for all, or
+    the gain on the GPU that measured most of both, or none shared. Runs without a recorded
+    GPU are taken as one session's."""
+    gpus_a, gpus_b = set(a.gpus), set(b.gpus)
+    if None in gpus_a | gpus_b or len(gpus_a | gpus_b) <= 1:
+        return "side by side, one session"
+    shared = gpus_a & gpus_b
+    if not shared:
+        return "not side by side (no GPU measured both)"
+    gpu = max(sorted(shared, key=str), key=lambda g: a.gpus.count(g) + b.gpus.count(g))
+    va = [v for v, g in zip(a.values, a.gpus, strict=True) if g == gpu]
+    vb = [v for v, g in zip(b.values, b.gpus, strict=True) if g == gpu]
+    short = "-".join(str(gpu).split("-")[:2])
+    return (
+        f"not all side by side (on {len(gpus_a | gpus_b)} GPUs); on {short} alone "
+        f"(n={len(va)} vs {len(vb)}): {gain(va, vb)}"
+    )
 
 
 def fmt_tok(values: Sequence[float]) -> str:
@@ -266,6 +304,7 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
             tok_s=fmt_tok(values),
             j_per_token=fmt_j(energy_per_token(study, est)),
             values=values,
+            gpus=_gpus(study, est),
         )
 
     rows = []
@@ -314,13 +353,18 @@ def verdict(
     measurement of the winner; without one, with autotune's figure of it."""
     if not winner.values:
         return []
-    same, other = "side by side, one session", "not side by side"
+    other = "not side by side"
     by_vllm = (agreement.values, "`vllm bench serve` on both sides")
     by_ours = (winner.values, "autotune's client against `vllm bench serve`")
     sweep_values, client = by_vllm if agreement.values else by_ours
     pairs = [
-        ("vLLM's defaults (3 fresh starts)", defaults.values, winner.values, same),
-        ("the hand-picked combination", hand.values, winner.values, same),
+        (
+            "vLLM's defaults (3 fresh starts)",
+            defaults.values,
+            winner.values,
+            same_gpu(winner, defaults),
+        ),
+        ("the hand-picked combination", hand.values, winner.values, same_gpu(winner, hand)),
         (f"random search's best ({random.config})", random.values, winner.values, other),
         (f"the sweep's best ({sweep.config})", sweep.values, sweep_values, f"{client}, {other}"),
     ]

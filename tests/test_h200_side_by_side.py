@@ -227,6 +227,38 @@ def test_the_reader_on_the_stored_h200_studies() -> None:
         "5,925.3 (n=3: 5,858.3, 5,944.5, 5,973.1) vs 5,960.1 (n=3: 6,009.3, 5,914.1, 5,956.9)"
     )
     assert agreement[5] == "vllm bench serve -0.6% vs autotune's client"
+    # The check study spanned two H200s: the defaults' and the hand-picked's first runs on
+    # the one whose session ended (its winner run was cut), the rest on the next. On the
+    # GPU that measured most of both, the winner is no longer ahead of the hand-picked.
+    start = lines.index("The winner re-measured (winner #21) against each arm:") + 1
+    assert lines[start] == (
+        "* vLLM's defaults (3 fresh starts): +31.0% (95% CI +22.8 to +39.3%); not all side by "
+        "side (on 2 GPUs); on GPU-2acac915 alone (n=3 vs 2): +28.4% (95% CI +21.5 to +35.4%)"
+    )
+    assert lines[start + 1] == (
+        "* the hand-picked combination: +2.6% (95% CI -14.1 to +19.3%); not all side by side "
+        "(on 2 GPUs); on GPU-2acac915 alone (n=3 vs 2): -1.0% (95% CI -6.4 to +4.4%)"
+    )
+
+
+def test_same_gpu_says_where_two_rows_ran() -> None:
+    reader = _reader()
+    a, b = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222"
+
+    def row(values: list[float], gpus: list[str | None]) -> Any:
+        return reader.Row("arm", values=values, gpus=gpus)
+
+    assert reader.same_gpu(row([10.0, 11.0], [a, a]), row([5.0], [a])) == (
+        "side by side, one session"
+    )
+    # without a recorded GPU (a CPU, an older study): taken as one session's
+    assert reader.same_gpu(row([10.0], [None]), row([5.0], [a])) == "side by side, one session"
+    assert reader.same_gpu(row([10.0], [a]), row([5.0], [b])) == (
+        "not side by side (no GPU measured both)"
+    )
+    mixed = reader.same_gpu(row([10.0, 10.4, 9.6], [b, b, b]), row([5.0, 4.0, 5.2], [a, b, b]))
+    assert mixed.startswith("not all side by side (on 2 GPUs); on GPU-bbbbbbbb alone (n=3 vs 2)")
+    assert mixed.endswith(reader.gain([10.0, 10.4, 9.6], [4.0, 5.2]))
 
 
 def _sweep_tar(root: Path) -> Path:
