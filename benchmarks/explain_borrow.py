@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,87 +147,113 @@ def main() -> None:
                 f"({q[0]:.0f}-{q[-1]:.0f}) | "
                 + (f"{100 * small / args.seeds:.0f}% |" if settings.minimal else "- |")
             )
-    drift_table(changes, estimate, _lent(offered.runs), baseline, seeds=args.seeds,
-                noise=args.noise, drift=args.drift)  # fmt: skip
+    case = Case(changes, estimate, baseline, args.seeds, args.noise, args.drift)
+    drift_table(case, _lent(offered.runs))
     leave, per_config = own_terms(changes, 2)
     own = borrowable_runs(
         dense, space=space, engine_version=winner.engine_version, leave=leave,
         per_config=per_config, held={k: len(v) for k, v in _lent(offered.runs).items()},
     )  # fmt: skip
-    machines_table(changes, estimate, _lent(offered.runs + own.runs), baseline,
-                   seeds=args.seeds, noise=args.noise, drift=args.drift,
-                   first=args.first)  # fmt: skip
+    machines_table(case, _lent(offered.runs + own.runs), first=args.first)
 
 
-def drift_table(
-    changes: ChangeSet,
-    estimate: Any,
-    lent: dict[str, list[ExplainRun]],
-    baseline: Any,
-    *,
-    seeds: int,
-    noise: float,
-    drift: float,
-) -> None:
+class _Tally:
+    """What the replays of one arm read of the fp8 weights' contribution, against the truth
+    on the machine where the explanation ends."""
+
+    def __init__(self, fp8: float) -> None:
+        self.fp8 = fp8
+        self.restarts: list[int] = []
+        self.left = 0
+        self.bought: list[float] = []
+        self.covered = 0
+        self.widths: list[float] = []
+
+    def add(self, planner: Planner, done: Any, restarts: int, left: bool) -> None:
+        self.restarts.append(restarts)
+        self.left += left
+        e = explain(planner, done)
+        x = next(x.contribution for x in e.effects if x.change == "quantization")
+        assert x is not None
+        self.bought.append(x.value)
+        if x.low is not None and x.high is not None:
+            self.covered += x.low <= self.fp8 <= x.high
+            self.widths.append(x.high - x.low)
+
+    def cells(self, *, width: bool) -> str:
+        n, q = len(self.restarts), statistics.quantiles(self.restarts, n=10)
+        return (
+            f"{statistics.median(self.restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
+            f"{100 * self.left / n:.0f}% | {statistics.median(self.bought):,.0f} "
+            f"({self.fp8:,.0f}) | "
+            + (f"{statistics.median(self.widths):,.0f} | " if width else "")
+            + f"{100 * self.covered / n:.0f}% |"
+        )
+
+
+def _planner(changes: ChangeSet, estimate: Any) -> Planner:
+    """The planner of ``--repeats 2 --no-path --no-minimal`` with the study's prior noise."""
+    settings = ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False)
+    return Planner(
+        changes, settings, winner=estimate.trial.number,
+        prior_noise=(estimate.noise_sd, estimate.noise_df),
+    )  # fmt: skip
+
+
+def _scaled(base_truth: Any, changes: ChangeSet, factor: float) -> tuple[Any, float]:
+    """The truth on a machine reading ``factor`` x the model, and fp8's contribution there."""
+
+    def there(config: Any) -> float:
+        return factor * base_truth(config)  # type: ignore[no-any-return]
+
+    fp8 = there(changes.winner_config) - there(changes.revert_alone("quantization")[0].config)
+    return there, fp8
+
+
+@dataclass(frozen=True)
+class Case:
+    """The dense winner's change set, its study's estimate (the prior noise), the space's
+    baseline, and the replay's seeds, noise and drift between machines."""
+
+    changes: ChangeSet
+    estimate: Any
+    baseline: Any
+    seeds: int
+    noise: float
+    drift: float
+
+
+def drift_table(case: Case, lent: dict[str, list[ExplainRun]]) -> None:
     """What each change bought (``--repeats 2 --no-path --no-minimal``, the check's 9 runs
     lent) when the explanation's machine reads ``1 / (1 + drift)`` of the check's, as the
     H100s of issue 28 did: the product (lent runs that read apart are left out) against
     keeping them (the drift check switched off), by the fp8 weights' contribution."""
-    settings = ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False)
     print(
         "\n| machine vs the check's | lent runs that read apart | restarts: median (10-90%) "
         "| check left out | fp8 weights bought: median (truth) | 95% interval covers it |"
     )
     print("|---|---|---|---|---|---|")
-    base_truth = truth(baseline)
-    for factor in (1.0, 1 / (1 + drift)):
-
-        def here(config: Any, f: float = factor) -> float:
-            return f * base_truth(config)  # type: ignore[operator]
-
-        fp8 = here(changes.winner_config) - here(changes.revert_alone("quantization")[0].config)
+    changes, estimate, seeds, noise = case.changes, case.estimate, case.seeds, case.noise
+    for factor in (1.0, 1 / (1 + case.drift)):
+        here, fp8 = _scaled(truth(case.baseline), changes, factor)
         for keep in (False, True):
             if keep:
                 planner_module.occasions = lambda *a, **k: []  # type: ignore[assignment]
-            restarts, left, bought, covered = [], 0, [], 0
+            tally = _Tally(fp8)
             for seed in range(seeds):
-                planner = Planner(
-                    changes, settings, winner=estimate.trial.number,
-                    prior_noise=(estimate.noise_sd, estimate.noise_df),
-                )  # fmt: skip
+                planner = _planner(changes, estimate)
                 done = replay(planner, here, seed=seed, noise=noise,
                               runs={k: list(v) for k, v in lent.items()})  # fmt: skip
-                restarts.append(len(done.measured))
-                left += bool(done.state.left_out)
-                e = explain(planner, done)
-                x = next(x.contribution for x in e.effects if x.change == "quantization")
-                assert x is not None
-                bought.append(x.value)
-                covered += x.low is not None and x.high is not None and x.low <= fp8 <= x.high
+                tally.add(planner, done, len(done.measured), bool(done.state.left_out))
             planner_module.occasions = _occasions
-            q = statistics.quantiles(restarts, n=10)
-            print(
-                f"| {100 * (factor - 1):+.1f}% | {'kept' if keep else 'left out (the product)'} "
-                f"| {statistics.median(restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
-                f"{100 * left / seeds:.0f}% | {statistics.median(bought):,.0f} ({fp8:,.0f}) | "
-                f"{100 * covered / seeds:.0f}% |"
-            )
+            arm = "kept" if keep else "left out (the product)"
+            print(f"| {100 * (factor - 1):+.1f}% | {arm} | {tally.cells(width=False)}")
 
 
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-0000"
 
 
-def machines_table(
-    changes: ChangeSet,
-    estimate: Any,
-    lent: dict[str, list[ExplainRun]],
-    baseline: Any,
-    *,
-    seeds: int,
-    noise: float,
-    drift: float,
-    first: int,
-) -> None:
+def machines_table(case: Case, lent: dict[str, list[ExplainRun]], *, first: int) -> None:
     """The dense plan of ``scripts/h200/run.sh`` (the check's 9 runs and the study's own
     lent, ``--repeats 2 --no-path --no-minimal``) over two device sessions: ``first`` runs
     on one GPU, which reads like the check's, the rest on another reading ``1 / (1 + drift)``
@@ -234,52 +261,33 @@ def machines_table(
     :func:`autotune.explain.occasions.by_occasion`) against the machines check switched off
     (the lending studies' check stays on), by the fp8 weights' contribution on the second
     GPU, where the explanation ends."""
-    settings = ExplainSettings(repeats=2, max_repeats=4, path=False, minimal=False)
     print(
         f"\n| second GPU vs the first (first: {first} runs) | machines told apart "
         "| restarts: median (10-90%) | first GPU left out | fp8 weights bought: median "
         "(truth there) | 95% interval: median width | covers it |"
     )
     print("|---|---|---|---|---|---|---|")
-    base_truth = truth(baseline)
+    changes, estimate, seeds, noise = case.changes, case.estimate, case.seeds, case.noise
+    base_truth = truth(case.baseline)
     identity = planner_module.by_occasion
-    for factor in (1.0, 1 / (1 + drift)):
-
-        def there(config: Any, f: float = factor) -> float:
-            return f * base_truth(config)  # type: ignore[operator]
-
-        fp8 = there(changes.winner_config) - there(changes.revert_alone("quantization")[0].config)
+    for factor in (1.0, 1 / (1 + case.drift)):
+        there, fp8 = _scaled(base_truth, changes, factor)
         for off in (False, True):
             if off:
                 planner_module.by_occasion = lambda runs: {k: list(v) for k, v in runs.items()}
-            restarts, left, bought, covered, widths = [], 0, [], 0, []
+            tally = _Tally(fp8)
             for seed in range(seeds):
-                planner = Planner(
-                    changes, settings, winner=estimate.trial.number,
-                    prior_noise=(estimate.noise_sd, estimate.noise_df),
-                )  # fmt: skip
+                planner = _planner(changes, estimate)
                 one = replay(planner, base_truth, seed=seed, noise=noise,  # type: ignore[arg-type]
                              runs={k: list(v) for k, v in lent.items()}, budget=first,
                              machine=GPU_A)  # fmt: skip
                 done = replay(planner, there, seed=seed, noise=noise, runs=one.runs,
                               state=one.state, machine=GPU_B)  # fmt: skip
-                restarts.append(len(one.measured) + len(done.measured))
-                left += any(s.startswith("(this explanation on") for s in done.state.left_out)
-                e = explain(planner, done)
-                x = next(x.contribution for x in e.effects if x.change == "quantization")
-                assert x is not None
-                bought.append(x.value)
-                covered += x.low is not None and x.high is not None and x.low <= fp8 <= x.high
-                if x.low is not None and x.high is not None:
-                    widths.append(x.high - x.low)
+                left = any(s.startswith("(this explanation on") for s in done.state.left_out)
+                tally.add(planner, done, len(one.measured) + len(done.measured), left)
             planner_module.by_occasion = identity
-            q = statistics.quantiles(restarts, n=10)
-            print(
-                f"| {100 * (factor - 1):+.1f}% | {'off' if off else 'yes (the product)'} "
-                f"| {statistics.median(restarts):.0f} ({q[0]:.0f}-{q[-1]:.0f}) | "
-                f"{100 * left / seeds:.0f}% | {statistics.median(bought):,.0f} ({fp8:,.0f}) | "
-                f"{statistics.median(widths):,.0f} | {100 * covered / seeds:.0f}% |"
-            )
+            arm = "off" if off else "yes (the product)"
+            print(f"| {100 * (factor - 1):+.1f}% | {arm} | {tally.cells(width=True)}")
 
 
 def _number(source: str | None) -> str:
