@@ -51,7 +51,10 @@ def test_capacity_brackets_the_servers_service_rate(slotted: FakeServer) -> None
     passing = [p for p in result.probes if p.ok]
     failing = [p for p in result.probes if not p.ok]
     assert max(p.x for p in passing) == result.capacity
-    assert min(p.x for p in failing) == result.upper
+    # A load fails only when its confirming re-measurement fails too (issue 17): on a busy
+    # machine a rate can fail once and pass on the retry, and then it passed.
+    failed = {p.x for p in failing} - {p.x for p in passing}
+    assert min(failed) == result.upper
     assert all(p.violations for p in failing) and not any(p.violations for p in passing)
     assert result.metrics is not None and result.metrics.ttft_ms.p99 is not None
     assert result.metrics.ttft_ms.p99 <= 250.0
