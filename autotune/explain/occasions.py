@@ -177,10 +177,13 @@ def describe(o: Occasion) -> str:
         return text + " (no noise figure yet)"
     text += f" (95% interval {100 * (r.low - 1):+.1f}..{100 * (r.high - 1):+.1f}%)"
     if o.left_out:
-        return text + (
-            ": the occasions differ, so its runs are left out and what they stood for is "
-            "measured here"
+        why = (
+            "the occasions differ"
+            if o.drift
+            # the decision is frozen; the runs measured since can widen the interval
+            else "they read apart on the runs there were when that was decided"
         )
+        return text + f": {why}, so its runs are left out and what they stood for is measured here"
     if o.drift:
         return text + (
             ": the occasions differ, and the contributions that lean on those runs carry "

@@ -21,7 +21,7 @@ from autotune.explain.occasions import (
     source_study,
     within_noise,
 )
-from autotune.explain.record import ExplainRun
+from autotune.explain.record import ExplainRun, Interval
 from autotune.results import t_quantile
 
 
@@ -67,7 +67,13 @@ def test_a_machine_17_percent_faster_is_told_apart_from_the_noise() -> None:
     assert text.startswith("runs lent by study 'chk' read +17.0% against this explanation's")
     assert "the occasions differ, and the contributions" in text
     gone = occasions(runs, left_out=["chk"])[0]
-    assert gone.left_out and "its runs are left out" in describe(gone)
+    assert gone.left_out and "the occasions differ, so its runs are left out" in describe(gone)
+    # left out when the runs then read apart; the runs since put the interval across 1
+    later = gone.model_copy(update={"ratio": Interval(value=1.05, low=0.95, high=1.16)})
+    assert describe(later).endswith(
+        ": they read apart on the runs there were when that was decided, so its runs are left "
+        "out and what they stood for is measured here"
+    )
 
 
 def test_runs_that_agree_are_within_the_noise() -> None:
