@@ -172,7 +172,6 @@ def describe(o: Occasion) -> str:
         f"{lent} read {100 * (r.value - 1):+.1f}% against {own} of the "
         f"same {o.configurations} configuration(s)"
     )
-
     if r.low is None or r.high is None:
         return text + " (no noise figure yet)"
     text += f" (95% interval {100 * (r.low - 1):+.1f}..{100 * (r.high - 1):+.1f}%)"
