@@ -107,17 +107,23 @@ def changed_levers(params: Mapping[str, Any], baseline: Mapping[str, Any]) -> st
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "vLLM's defaults"
 
 
+def _telemetry(study: optuna.Study, m: Any) -> dict[str, Any]:
+    """The NVML telemetry stored with measurement ``m`` (its trial's, or its
+    re-measurement's), ``{}`` where none was."""
+    if m.repeat == 0:
+        telemetry = study.trials[m.of].user_attrs.get("telemetry")
+    else:
+        telemetry = study.user_attrs.get(f"remeasure:{m.of}:{m.repeat}", {}).get("telemetry")
+    return telemetry or {}
+
+
 def energy_per_token(study: optuna.Study, est: ConfigEstimate) -> list[float]:
     """J/token of each full measurement of ``est`` that has NVML telemetry."""
     out = []
     for m in est.measurements:
         if not m.full:
             continue
-        if m.repeat == 0:
-            telemetry = study.trials[m.of].user_attrs.get("telemetry") or {}
-        else:
-            telemetry = study.user_attrs.get(f"remeasure:{m.of}:{m.repeat}", {}).get("telemetry")
-        value = (telemetry or {}).get("energy_per_token_j")
+        value = _telemetry(study, m).get("energy_per_token_j")
         if isinstance(value, (int, float)) and math.isfinite(value):
             out.append(float(value))
     return out
@@ -133,11 +139,8 @@ def _gpus(study: optuna.Study, est: ConfigEstimate) -> list[str | None]:
     for m in est.measurements:
         if not m.full or m.throughput is None:
             continue
-        if m.repeat == 0:
-            telemetry = study.trials[m.of].user_attrs.get("telemetry")
-        else:
-            telemetry = study.user_attrs.get(f"remeasure:{m.of}:{m.repeat}", {}).get("telemetry")
-        uuids = sorted(str(g["uuid"]) for g in (telemetry or {}).get("gpus", []) if g.get("uuid"))
+        gpus = _telemetry(study, m).get("gpus", [])
+        uuids = sorted(str(g["uuid"]) for g in gpus if g.get("uuid"))
         out.append(",".join(uuids) or None)
     return out
 
