@@ -9,7 +9,10 @@ Prints BENCHMARKS.md's table, one row per arm: server restarts spent, the best c
 where NVML telemetry exists, and the gain over vLLM's defaults; then, once the check study has
 measured the winner, issue 28's done criterion arm by arm (:func:`verdict`); and, once
 ``autotune explain`` ran on the tuning study, what each of the winner's changes bought
-(:func:`explanation_lines`). What it reads, for STUDY:
+(:func:`explanation_lines`); where its runs span GPUs, each comparison also on the GPU that
+measured most of both and with the GPU as a block (:mod:`benchmarks.gpu_gain`); and, for the
+dense study, its check measured on an H100 (:func:`cross_card_lines`). What it reads, for
+STUDY:
 
 * ``STUDY.db``: autotune's default sampler (TPE), ``studies/STUDY.yaml``, and the
   explanation of its winner stored in it;
@@ -46,11 +49,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from autotune.explain.occasions import describe  # noqa: E402
-from autotune.explain.record import Effect, Measured, load_explanation  # noqa: E402
-from autotune.results import ConfigEstimate, best_estimate, config_estimates, t_quantile  # noqa: E402
+from autotune.results import ConfigEstimate, best_estimate, config_estimates  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
+from benchmarks.explanation_table import explanation_lines  # noqa: E402
+from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu, short  # noqa: E402
 from benchmarks.side_by_side.arm_autotune import autotune_counts  # noqa: E402
 from benchmarks.side_by_side.arm_sweep import combo_key, sweep_state  # noqa: E402
 
@@ -148,21 +151,20 @@ def _gpus(study: optuna.Study, est: ConfigEstimate) -> list[str | None]:
 def same_gpu(a: Row, b: Row) -> str:
     """Whether ``a``'s and ``b``'s runs shared a GPU (a device session lends a new one nearly
     every time, and two of a kind served vLLM's defaults 17% apart): one GPU for all, or
-    the gain on the GPU that measured most of both, or none shared. Runs without a recorded
-    GPU are taken as one session's."""
+    the gain on the GPU that measured most of both and the gain over every run with the GPU
+    as a block (:mod:`benchmarks.gpu_gain`), or none shared. Runs without a recorded GPU
+    are taken as one session's."""
     gpus_a, gpus_b = set(a.gpus), set(b.gpus)
     if None in gpus_a | gpus_b or len(gpus_a | gpus_b) <= 1:
         return "side by side, one session"
-    shared = gpus_a & gpus_b
-    if not shared:
+    one = on_one_gpu(a.values, a.gpus, b.values, b.gpus)
+    if one is None:
         return "not side by side (no GPU measured both)"
-    gpu = max(sorted(shared, key=str), key=lambda g: a.gpus.count(g) + b.gpus.count(g))
-    va = [v for v, g in zip(a.values, a.gpus, strict=True) if g == gpu]
-    vb = [v for v, g in zip(b.values, b.gpus, strict=True) if g == gpu]
-    short = "-".join(str(gpu).split("-")[:2])
+    gpu, va, vb = one
     return (
-        f"not all side by side (on {len(gpus_a | gpus_b)} GPUs); on {short} alone "
-        f"(n={len(va)} vs {len(vb)}): {gain(va, vb)}"
+        f"not all side by side (on {len(gpus_a | gpus_b)} GPUs); on {short(gpu)} alone "
+        f"(n={len(va)} vs {len(vb)}): {gain(va, vb)}; the GPU as a block: "
+        f"{gpu_adjusted(a.values, a.gpus, b.values, b.gpus)}"
     )
 
 
@@ -178,27 +180,6 @@ def fmt_j(values: Sequence[float]) -> str:
         return "-"
     n = f" (n={len(values)})" if len(values) > 1 else ""
     return f"{statistics.fmean(values):.3f}{n}"
-
-
-def gain(values: Sequence[float], reference: Sequence[float]) -> str:
-    """``+33.5%``, with a Welch 95% interval when both sides have two measurements or more."""
-    if not values or not reference:
-        return "-"
-    a, b = statistics.fmean(values), statistics.fmean(reference)
-    text = f"{100 * (a / b - 1):+.1f}%"
-    if len(values) < 2 or len(reference) < 2:
-        return text
-    va, vb = (
-        statistics.variance(values) / len(values),
-        statistics.variance(reference) / len(reference),
-    )
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return text
-    df = (va + vb) ** 2 / (va**2 / (len(values) - 1) + vb**2 / (len(reference) - 1))
-    half = t_quantile(0.95, max(1, int(df))) * se
-    lo, hi = (a - b - half) / b, (a - b + half) / b
-    return f"{text} (95% CI {100 * lo:+.1f} to {100 * hi:+.1f}%)"
 
 
 def restarts_of(storage: Path, name: str) -> tuple[int, dict[str, Any]]:
@@ -380,55 +361,46 @@ def verdict(
     return out
 
 
-def _measured(m: Measured) -> str:
-    if m.mean is None:
-        return f"failed: {m.failure}" if m.failure else "not measured"
-    return f"{m.mean.value:,.1f} (n={m.n})"
+CROSS_CARD = {
+    "vllm-h200-dense": ("H100", REPO / "benchmarks" / "h100" / "vllm-dense-check-h100.db")
+}
+"""A check study measured on another card than its tuning study's: the dense H200 winner
+taken to an H100 untuned (BENCHMARKS.md "The same check on an H100")."""
 
 
-def _value(config: Mapping[str, Any], lever: str) -> str:
-    value = config.get(lever)
-    return "default" if value is None else str(value)
-
-
-def _change(x: Effect) -> str:
-    moved = ", ".join(
-        f"{lever}: {_value(x.baseline, lever)} -> {_value(x.winner, lever)}" for lever in x.levers
-    )
-    return moved + (" (required)" if x.required else "")
-
-
-def explanation_lines(db: Path, name: str) -> list[str]:
-    """What ``autotune explain`` stored in the tuning study: each change of the winner, the
-    winner measured without it and what it bought, with the 95% interval; how the runs it
-    borrowed read against its own (:func:`autotune.explain.occasions.describe`). Nothing
-    before it ran."""
-    study = _load(db, name)
-    e = None if study is None else load_explanation(study)
-    if e is None:
+def cross_card_lines(study: str) -> list[str]:
+    """The check study of ``study`` measured on another card (:data:`CROSS_CARD`): defaults,
+    hand-picked and the winner from fresh starts there, and the winner against the other two
+    (:func:`same_gpu`: its runs came from two sessions). Nothing where none was stored."""
+    card, db = CROSS_CARD.get(study, ("", Path()))
+    if not db.is_file():
         return []
-    lent = f" + {e.borrowed} borrowed" if e.borrowed else ""
-    if e.borrowed_own:
-        lent += f" ({e.borrowed_own} from the study's own trials)"
-    noise = "" if e.noise_sd is None else f"; run-to-run noise {100 * e.noise_sd:.1f}%"
-    out = [
-        f"What the winner's changes bought (`autotune explain` of #{e.winner}: "
-        f"{e.runs} restarts{lent}"
-        + ("" if e.complete else f"; incomplete: {e.stopped or 'not finished'}")
-        + f"): the winner {_measured(e.winner_measured)}, vLLM's defaults "
-        f"{_measured(e.baseline_measured)}{noise}.",
+    rows = check_rows(db, f"{study}-check", [])
+    defaults, hand, winner = rows[:3]
+    for row in (hand, winner):
+        row.gain = gain(row.values, defaults.values)
+    pairs = [("vLLM's defaults", defaults), ("the hand-picked combination", hand)]
+    return [
+        f"## {study}'s winner on an {card}, untuned there "
+        f"(`{db.relative_to(REPO)}`: fresh starts, its GPUs {_gpu_list(rows[:3])})",
         "",
-        f"| change | the winner without it, {e.unit} | what it bought (95% CI) | share |",
-        "|---|---|---|---|",
+        "| configuration | restarts | levers changed from vLLM's defaults "
+        "| output tok/s, mean (n: runs) | J/token | vs defaults |",
+        "|---|---|---|---|---|---|",
+        *(r.line() for r in rows[:3]),
+        "",
+        f"The {winner.arm} on the {card} against:",
+        *(
+            f"* {name}: {gain(winner.values, row.values)}; {same_gpu(winner, row)}"
+            for name, row in pairs
+            if row.values and winner.values
+        ),
     ]
-    for x in sorted(e.effects, key=lambda x: -(x.contribution.value if x.contribution else 0)):
-        c = x.contribution
-        bought = "-" if c is None else f"{c.value:+,.1f}"
-        if c is not None and c.low is not None and c.high is not None:
-            bought += f" ({c.low:+,.1f} to {c.high:+,.1f})"
-        share = "-" if x.relative is None else f"{100 * x.relative:+.1f}%"
-        out.append(f"| {_change(x)} | {_measured(x.without)} | {bought} | {share} |")
-    return out + ["", *(f"* {describe(o)}" for o in e.occasions)]
+
+
+def _gpu_list(rows: Sequence[Row]) -> str:
+    gpus = sorted({g for r in rows for g in r.gpus if g is not None})
+    return ", ".join(short(g) for g in gpus) or "not recorded"
 
 
 def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
@@ -472,9 +444,11 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         agreement=agreement,
     )  # fmt: skip
     explained = explanation_lines(here / f"{study}.db", study)
+    cross = cross_card_lines(study) if here == stored else []
     return out + [
         *(["", *lines] if lines else []),
         *(["", *explained] if explained else []),
+        *(["", *cross] if cross else []),
     ]
 
 

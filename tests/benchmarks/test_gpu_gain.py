@@ -1,0 +1,96 @@
+"""benchmarks/gpu_gain.py: the gain of one configuration over another when their runs were
+measured on several GPUs, the GPU taken as a block, checked against a least-squares fit of
+the two-way model; a shift between GPUs that the plain ratio of means carries is removed."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from autotune.results import t_quantile
+from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu
+
+
+def _lstsq(
+    a: list[float], ga: list[str], b: list[float], gb: list[str]
+) -> tuple[float, float, float, int]:
+    """log(run) = gain * [side a] + GPU, fitted by numpy: (gain, low, high) in % and df."""
+    blocks = sorted(set(ga) | set(gb))
+    rows, y = [], []
+    for side, values, gpus in ((1.0, a, ga), (0.0, b, gb)):
+        for v, g in zip(values, gpus, strict=True):
+            rows.append([side] + [float(g == block) for block in blocks])
+            y.append(math.log(v))
+    x, yv = np.array(rows), np.array(y)
+    beta = np.linalg.lstsq(x, yv, rcond=None)[0]
+    df = len(yv) - x.shape[1]
+    resid = yv - x @ beta
+    se = math.sqrt(float(resid @ resid) / df * np.linalg.inv(x.T @ x)[0, 0])
+    half = t_quantile(0.95, df) * se
+    pct = [100 * (math.exp(v) - 1) for v in (beta[0], beta[0] - half, beta[0] + half)]
+    return pct[0], pct[1], pct[2], df
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_block_estimate_is_the_least_squares_fit(seed: int) -> None:
+    rng = random.Random(seed)
+    gpus = [f"GPU-{i:08x}-aaaa" for i in range(rng.randint(2, 4))]
+    a = [rng.uniform(5.0, 6.0) for _ in range(rng.randint(2, 5))]
+    b = [rng.uniform(4.0, 5.0) for _ in range(rng.randint(2, 5))]
+    ga = [rng.choice(gpus) for _ in a]
+    gb = [rng.choice(gpus) for _ in b]
+    # one GPU measured both sides at least once, and one degree of freedom is left
+    ga[0] = gb[0] = gpus[0]
+    if len(a) + len(b) - len(set(ga) | set(gb)) - 1 < 1:
+        a.append(5.5)
+        ga.append(gpus[0])
+    text = gpu_adjusted(a, ga, b, gb)
+    centre, low, high, df = _lstsq(a, ga, b, gb)
+    assert text == (
+        f"{centre:+.1f}% (95% CI {low:+.1f} to {high:+.1f}%; {len(a) + len(b)} runs on "
+        f"{len(set(ga) | set(gb))} GPUs, {df} df)"
+    )
+
+
+def test_a_shift_between_gpus_is_not_taken_for_a_gain() -> None:
+    """Configuration a serves 10% more than b on each GPU; the second GPU is 30% slower and
+    measured most of a's runs: the plain ratio reads a loss, the block estimate +10%."""
+    fast, slow = "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2"
+    jitter = [1.0, 1.01, 0.99]
+    a = [110.0 * jitter[0], 77.0 * jitter[1], 77.0 * jitter[2], 77.0]
+    ga = [fast, slow, slow, slow]
+    b = [100.0 * jitter[0], 100.0 * jitter[2], 70.0 * jitter[1]]
+    gb = [fast, fast, slow]
+    assert gain(a, b).startswith("-")
+    text = gpu_adjusted(a, ga, b, gb)
+    assert text is not None
+    centre = float(text.split("%")[0])
+    low, high = (float(x) for x in text.split("CI ")[1].split("%")[0].split(" to "))
+    assert 9.0 < centre < 11.0 and low < 10.0 < high and low > 0.0
+
+
+def test_no_block_estimate_without_a_gpu_that_measured_both() -> None:
+    a, b = "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2"
+    assert gpu_adjusted([10.0, 11.0], [a, a], [5.0, 6.0], [b, b]) is None
+    assert gpu_adjusted([10.0, 11.0], [a, None], [5.0, 6.0], [a, a]) is None
+    assert on_one_gpu([10.0], [a], [5.0], [b]) is None
+    # one run of each side on one GPU, a third on another: no residual left for an interval
+    assert gpu_adjusted([10.0, 9.0], [a, b], [5.0], [a]) == (
+        "+100.0% (3 runs on 2 GPUs, no degrees of freedom left for an interval)"
+    )
+
+
+def test_one_gpu_is_the_one_whose_smaller_side_is_larger() -> None:
+    a, b = "GPU-aaaaaaaa-1", "GPU-bbbbbbbb-2"
+    # a: 3 runs against 1, b: 1 against 2; the smaller sides tie, a has more runs
+    assert on_one_gpu([1.0, 2.0, 3.0, 4.0], [a, a, a, b], [5.0, 6.0, 7.0], [a, b, b]) == (
+        a,
+        [1.0, 2.0, 3.0],
+        [5.0],
+    )
+    # a: 4 runs against 1, b: 2 against 2: b compares two with two
+    assert on_one_gpu([1.0, 2.0, 3.0, 4.0, 8.0, 9.0], [a, a, a, a, b, b], [5.0, 6.0, 7.0],
+                      [a, b, b]) == (b, [8.0, 9.0], [6.0, 7.0])  # fmt: skip
