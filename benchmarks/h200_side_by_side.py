@@ -362,17 +362,23 @@ def verdict(
 
 
 CROSS_CARD = {
-    "vllm-h200-dense": ("H100", REPO / "benchmarks" / "h100" / "vllm-dense-check-h100.db")
+    "vllm-h200-dense": (
+        "H100",
+        REPO / "benchmarks" / "h100" / "vllm-dense-check-h100.db",
+        REPO / "benchmarks" / "h100" / "vllm-h200-dense-explain-h100.db",
+    )
 }
-"""A check study measured on another card than its tuning study's: the dense H200 winner
-taken to an H100 untuned (BENCHMARKS.md "The same check on an H100")."""
+"""A tuning study's check (and explanation) measured on another card than its own: the dense
+H200 winner taken to an H100 untuned (BENCHMARKS.md "The same check on an H100"); the
+explanation is a copy of the tuning study's database with ``autotune explain`` run there."""
 
 
 def cross_card_lines(study: str) -> list[str]:
     """The check study of ``study`` measured on another card (:data:`CROSS_CARD`): defaults,
-    hand-picked and the winner from fresh starts there, and the winner against the other two
-    (:func:`same_gpu`: its runs came from two sessions). Nothing where none was stored."""
-    card, db = CROSS_CARD.get(study, ("", Path()))
+    hand-picked and the winner from fresh starts there, the winner against the other two
+    (:func:`same_gpu`: its runs came from two sessions), and the explanation of the winner
+    measured on that card, as far as it went. Nothing where none was stored."""
+    card, db, explained = CROSS_CARD.get(study, ("", Path(), Path()))
     if not db.is_file():
         return []
     rows = check_rows(db, f"{study}-check", [])
@@ -395,6 +401,7 @@ def cross_card_lines(study: str) -> list[str]:
             for name, row in pairs
             if row.values and winner.values
         ),
+        *(["", *lines] if (lines := explanation_lines(explained, study)) else []),
     ]
 
 

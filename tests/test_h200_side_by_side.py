@@ -676,3 +676,78 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
         for rs in explained.values() for r in rs if r.source is not None
     )  # fmt: skip
     assert sum(len(rs) for rs in explained.values()) == 12
+
+
+H100_EXPLAIN = ROOT / "benchmarks" / "h100" / "vllm-h200-dense-explain-h100.db"
+
+
+def test_the_dense_winner_explained_on_an_h100_so_far() -> None:
+    """2026-12-07: `autotune explain --repeats 1` of the H200 winner #21 on a third H100,
+    borrowing the H100 check's 9 runs; the lease ended after 6 of its 7 reverts (the
+    explanation written from the stored runs with `--budget 0`). fp8 weights and fp8 KV,
+    the two levers the hand-picked combination shares with the winner, carry the gain; each
+    other change is within the noise: why the winner is level with the hand-picked."""
+    lines = _reader().report(DENSE, 20)
+    start = next(i for i, line in enumerate(lines) if line.startswith("What the winner's"))
+    assert "of #21: 6 restarts + 9 borrowed; incomplete" in lines[start]
+    assert "the winner 5,280.2 (n=3), vLLM's defaults 3,887.1 (n=3)" in lines[start]
+    table = lines[start + 2 :]
+    fp8 = _row(table, "quantization: default -> fp8")
+    assert fp8[1] == "4,142.1 (n=1)" and fp8[2].startswith("+1,138.2 (+921.3 to ")
+    kv = _row(table, "kv_cache_dtype: default -> fp8")
+    assert kv[1] == "5,009.4 (n=1)" and kv[2].startswith("+270.8 (+23.5 to ")
+    for lever in ("max_num_batched_tokens", "enable_prefix_caching", "gpu_memory_utilization",
+                  "max_num_seqs"):  # fmt: skip
+        low, high = _row(table, f"{lever}: default -> ")[2].split("(")[1].rstrip(")").split(" to ")
+        assert float(low.replace(",", "")) < 0 < float(high.replace(",", ""))
+    assert _row(table, "cudagraph_mode: default -> FULL")[1] == "not measured"
+    assert lines[-1].endswith("a drift between the occasions is not measured")
+
+
+def test_the_next_session_ends_the_h100_explanation_in_3_restarts_or_9() -> None:
+    """What `autotune explain` resumed from the stored H100 explanation measures on the next
+    machine (another GPU: its runs so far become an earlier machine's occasion): the last
+    revert, and the winner and the fp8 revert beside the runs of the check and of the last
+    H100, 3 restarts where the new GPU reads as the last; 10% apart (an H200), both
+    occasions are left out and the other reverts and the baseline are measured again."""
+    path = str(ROOT / "tests" / "explain")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    replay = importlib.import_module("explain_replay").replay
+    from autotune.explain import load_state
+    from autotune.results import best_estimate
+
+    definition = load_study_definition(ROOT / "studies" / f"{DENSE}.yaml")
+    space = load_space(ROOT / "studies" / definition.space)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=DENSE, storage=f"sqlite:///{H100_EXPLAIN}")
+    estimate = best_estimate(study)
+    assert estimate is not None and estimate.trial.number == 21
+    changes = ChangeSet(space, baseline=space.baseline_params(), winner=estimate.trial.config)
+    planner = Planner(
+        changes,
+        ExplainSettings(repeats=1, max_repeats=1, path=False, minimal=False),
+        winner=21,
+        prior_noise=(estimate.noise_sd, estimate.noise_df),
+    )
+    runs, state = load_runs(study), load_state(study)
+    assert state is not None and state.runs == 6
+    machines = {r.machine for rs in runs.values() for r in rs if r.source is None}
+    assert machines == {"GPU-e8989a30-42b3-c78f-c4ed-24c5ff1d6b6b"}
+    read = {k: sum(r.value or 0.0 for r in rs) / len(rs) for k, rs in runs.items()}
+
+    def truth(config: dict[str, object]) -> float:
+        return read.get(space.config_key(config), 5280.0)
+
+    same = replay(planner, truth, runs=runs, state=state, machine="GPU-ffffffff-0",
+                  noise=0.017)  # fmt: skip
+    assert [m.why for m in same.measured] == [
+        "the winner without cudagraph_mode, run 1",
+        "the winner without quantization, run 2 (beside the lent runs: the occasions compared)",
+        "the winner, run 4 (beside the lent runs: the occasions compared)",
+    ]
+    assert same.state.left_out == [] and same.finished is not None
+    apart = replay(planner, truth, runs=runs, state=state, machine="GPU-ffffffff-0",
+                   speed=0.9, noise=0.017)  # fmt: skip
+    assert len(apart.measured) == 9
+    assert apart.state.left_out == ["(this explanation on GPU-e8989a30)", "vllm-h200-dense-check"]

@@ -65,7 +65,11 @@ def explain(
         "(default), or drop one change at a time.",
     ),
     budget: int | None = typer.Option(
-        None, "--budget", min=1, help="At most this many restarts (default: what it needs)."
+        None,
+        "--budget",
+        min=0,
+        help="At most this many restarts (default: what it needs); 0 measures nothing and "
+        "writes the explanation of the runs stored (one a lost machine cut short).",
     ),
     runs_from: str | None = typer.Option(
         None,

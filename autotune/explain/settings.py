@@ -35,9 +35,9 @@ class ExplainSettings(BaseModel):
     explanation measures, never the winner's, at most ``repeats - 1`` of each
     (:mod:`autotune.explain.borrowed`: a run of a configuration that lost leans low, so it
     is asked for, not the default)."""
-    budget: int | None = Field(None, ge=1, le=10_000)
+    budget: int | None = Field(None, ge=0, le=10_000)
     """At most this many restarts per invocation (None: what the plan needs); the next
-    invocation resumes."""
+    invocation resumes. 0 measures nothing and writes the explanation of the runs stored."""
 
     @model_validator(mode="after")
     def _repeats_in_order(self) -> ExplainSettings:

@@ -6,8 +6,10 @@ does), stores the run as a study attribute and asks again; a decision the planne
 stored before anything else is measured. Interrupted anywhere, the study holds whole runs
 and whole decisions only, and the next ``autotune explain`` continues where this one
 stopped (a run cut short is measured again). The explanation computed from what is stored
-is written as ``explain:result`` at the end, and after every decision, so ``report`` and
-``best --minimal`` can use a partial one.
+is written as ``explain:result`` at the end, and after every decision and every run, so
+``report`` and ``best --minimal`` can use a partial one (``--budget 0`` writes it from the
+stored runs alone, measuring nothing: for a study whose explanation was cut before this
+was so).
 """
 
 from __future__ import annotations
@@ -252,13 +254,20 @@ class Explainer:
                     continue
                 assert isinstance(step, Measure)
                 if settings.budget is not None and self.measured >= settings.budget:
-                    stopped = f"the budget of {settings.budget} restarts is spent"
+                    stopped = (
+                        f"the budget of {settings.budget} restarts is spent"
+                        if settings.budget
+                        else "written from the runs stored (--budget 0), nothing measured"
+                    )
                     ctx.progress.message(f"explanation stopped: {stopped}")
                     break
                 index = self._index(step.key, runs)
                 runs.setdefault(step.key, []).append(self._measure(step, index=index, state=state))
                 state = state.model_copy(update={"runs": state.runs + 1})
                 self._store(STATE_ATTR, state.model_dump(mode="json"))
+                # A process killed between decisions (a lent machine taken back) leaves
+                # the explanation of every run measured so far, not one decision old.
+                self._store_result(planner, state, runs, what, unit, stopped=None, partial=True)
         finally:
             self.active = False
         result = self._store_result(

@@ -255,3 +255,75 @@ def test_best_minimal_exports_the_minimal_winner_as_it_ran(
         assert commands == {name: svc.command for name, svc in last.services.items()}
         mean = e.minimal.measured.mean
         assert mean is not None and doc["output_throughput_tok_s"] == pytest.approx(mean.value)
+
+
+def test_an_explanation_cut_between_runs_leaves_the_explanation_of_its_runs(
+    twin: Twin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28's H100 lost its lease between two runs of an explanation, before the planner
+    took a decision: the study held six runs and no explanation. Every run now stores the
+    explanation so far (here Ctrl-C as the third run starts: the same stop, without the
+    result written at the end); and ``--budget 0`` writes one from the stored runs alone."""
+    from autotune.explain.record import RESULT_ATTR
+    from autotune.study import explainer
+
+    monkeypatch.chdir(tmp_path)
+    # a study of its own: the module's may hold an explanation already
+    fresh = tmp_path / "fresh.db"
+    flags = [
+        "--study",
+        STUDY,
+        "--storage",
+        f"sqlite:///{fresh}",
+        "--study-file",
+        str(twin.study_file),
+    ]
+    done = cli("run", "--trials", "6", "--seed", "1", *flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    measure = explainer.Explainer._measure
+    calls = 0
+
+    def cut(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise KeyboardInterrupt  # the machine taken back while the third run starts
+        return measure(self, *args, **kwargs)
+
+    monkeypatch.setattr(explainer.Explainer, "_measure", cut)
+    tuner = Tuner(
+        definition=load_study_definition(twin.study_file),
+        study_name=STUDY,
+        storage_url=f"sqlite:///{fresh}",
+    )
+    result, summary = tuner.explain(ExplainSettings(repeats=1, max_repeats=1))
+    assert summary.interrupted and result is None  # nothing written at the end
+    after = load(STUDY, fresh)
+    state = load_state(after)
+    assert state is not None and state.runs == 2 and not state.decisions
+    found = load_explanation(after)
+    assert found is not None, "two runs measured, no explanation stored"
+    assert found.runs == 2 and not found.complete and found.stopped == "in progress"
+    # round by round: the winner, then the baseline, each from a fresh start
+    assert (found.winner_measured.n, found.baseline_measured.n) == (1, 1)
+    assert found.winner_measured.mean is not None and found.baseline_measured.mean is not None
+    # A study cut before this was so: its explanation removed, `--budget 0` writes it again
+    # from the stored runs, measuring nothing.
+    storage = after._storage
+    storage.set_study_user_attr(after._study_id, RESULT_ATTR, None)
+    assert load_explanation(load(STUDY, fresh)) is None
+    runs_before = {
+        k: v for k, v in load(STUDY, fresh).user_attrs.items() if k.startswith(RUN_PREFIX)
+    }
+    again = cli("explain", *flags, "--repeats", "1", "--max-repeats", "1", "--budget", "0",
+                cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "explanation stopped: written from the runs stored (--budget 0)" in again.stdout
+    written = load_explanation(load(STUDY, fresh))
+    assert written is not None and written.runs == 2
+    assert written.stopped == "written from the runs stored (--budget 0), nothing measured"
+    assert [x.without for x in written.effects] == [x.without for x in found.effects]
+    runs_after = {
+        k: v for k, v in load(STUDY, fresh).user_attrs.items() if k.startswith(RUN_PREFIX)
+    }
+    assert runs_after == runs_before  # nothing measured
