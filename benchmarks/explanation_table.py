@@ -14,7 +14,9 @@ from autotune.explain.occasions import describe
 from autotune.explain.record import Effect, Measured, load_explanation
 
 
-def _load(path: Path, name: str) -> optuna.Study | None:
+def load_study(path: Path, name: str) -> optuna.Study | None:
+    """Study ``name`` of the SQLite file ``path``; None where the file is not there (an arm
+    not run yet)."""
     if not path.is_file():
         return None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -44,7 +46,7 @@ def explanation_lines(db: Path, name: str) -> list[str]:
     winner measured without it and what it bought, with the 95% interval; how the runs it
     borrowed read against its own (:func:`autotune.explain.occasions.describe`). Nothing
     before it ran."""
-    study = _load(db, name)
+    study = load_study(db, name)
     e = None if study is None else load_explanation(study)
     if e is None:
         return []

@@ -52,7 +52,7 @@ if str(REPO) not in sys.path:
 from autotune.results import ConfigEstimate, best_estimate, config_estimates  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
-from benchmarks.explanation_table import explanation_lines  # noqa: E402
+from benchmarks.explanation_table import explanation_lines, load_study  # noqa: E402
 from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu, short  # noqa: E402
 from benchmarks.side_by_side.arm_autotune import autotune_counts  # noqa: E402
 from benchmarks.side_by_side.arm_sweep import combo_key, sweep_state  # noqa: E402
@@ -91,13 +91,6 @@ class Row:
     def line(self) -> str:
         cells = [self.arm, self.restarts, self.config, self.tok_s, self.j_per_token, self.gain]
         return "| " + " | ".join(cells) + " |"
-
-
-def _load(path: Path, name: str) -> optuna.Study | None:
-    if not path.is_file():
-        return None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
 
 
 def _baseline_params(study_name: str) -> dict[str, Any]:
@@ -189,7 +182,7 @@ def restarts_of(storage: Path, name: str) -> tuple[int, dict[str, Any]]:
 
 def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[float]]:
     """A tuning arm's row; also the baseline's measurements (vLLM's defaults in that study)."""
-    study = _load(db, name)
+    study = load_study(db, name)
     if study is None:
         return Row(label), []
     restarts, counts = restarts_of(db, name)
@@ -266,7 +259,7 @@ def _label(study: optuna.Study, number: int) -> str:
 def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     """Defaults x3, hand-picked and the winner re-measured, from the check study."""
     labels = ("vLLM defaults, 3 fresh starts", "hand-picked (DOMAIN.md §8b)", "winner re-measured")
-    study = _load(db, name)
+    study = load_study(db, name)
     if study is None:
         return [Row(label) for label in labels]
     baseline = _baseline_params(name)

@@ -99,7 +99,7 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
     notes = []
     if not e.complete:
         why = e.stopped or "not finished"
-        if why == "in progress":  # stored after each decision; the process may be gone
+        if why == "in progress":  # stored after each run and decision; the process may be gone
             why = "in progress, or interrupted"
         notes.append(
             f"This explanation is incomplete (stopped: {why}): what is shown is what was "
