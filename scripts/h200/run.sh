@@ -111,6 +111,8 @@
 #       EXPLAIN_ARGS="--repeats 1 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-dense-check-h100.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b CALL_S=560 scripts/h200/run.sh kit models explain watch 600
+#     then the same with --repeats 2 (7 more restarts on one GPU: a second run of each revert)
+#     narrows the intervals of the changes that read within the noise.
 #   #19 of the dense study (cut by the faulty early abort) and the random arm's winner, from
 #   fresh starts in the check study (ALSO: N of the tuning study, STUDY:N or STUDY:best, the
 #   latter from studies/STUDY.db when this machine has it, else benchmarks/h200/STUDY.db;
