@@ -55,12 +55,6 @@ def gain(values: Sequence[float], reference: Sequence[float]) -> str:
     return f"{text} (95% CI {100 * lo:+.1f} to {100 * hi:+.1f}%)"
 
 
-def short(gpu: str) -> str:
-    """An NVML UUID's first two parts (``GPU-2acac915``): enough to tell a session's GPUs
-    apart."""
-    return "-".join(gpu.split("-")[:2])
-
-
 def on_one_gpu(
     values: Sequence[float], gpus: Gpus, reference: Sequence[float], ref_gpus: Gpus
 ) -> tuple[str, list[float], list[float]] | None:

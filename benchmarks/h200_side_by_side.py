@@ -52,8 +52,9 @@ if str(REPO) not in sys.path:
 from autotune.results import ConfigEstimate, best_estimate, config_estimates  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
+from autotune.telemetry import short_machine  # noqa: E402
 from benchmarks.explanation_table import explanation_lines, load_study  # noqa: E402
-from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu, short  # noqa: E402
+from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu  # noqa: E402
 from benchmarks.side_by_side.arm_autotune import autotune_counts  # noqa: E402
 from benchmarks.side_by_side.arm_sweep import combo_key, sweep_state  # noqa: E402
 
@@ -129,16 +130,10 @@ def _values(est: ConfigEstimate) -> list[float]:
     return [m.throughput for m in est.measurements if m.full and m.throughput is not None]
 
 
-def _gpus(study: optuna.Study, est: ConfigEstimate) -> list[str | None]:
-    """The GPUs (comma-joined NVML UUIDs) of :func:`_values`' measurements, in order."""
-    out: list[str | None] = []
-    for m in est.measurements:
-        if not m.full or m.throughput is None:
-            continue
-        gpus = _telemetry(study, m).get("gpus", [])
-        uuids = sorted(str(g["uuid"]) for g in gpus if g.get("uuid"))
-        out.append(",".join(uuids) or None)
-    return out
+def _gpus(est: ConfigEstimate) -> list[str | None]:
+    """The GPUs (:attr:`autotune.results.Measurement.machine`) of :func:`_values`'
+    measurements, in order."""
+    return [m.machine for m in est.measurements if m.full and m.throughput is not None]
 
 
 def same_gpu(a: Row, b: Row) -> str:
@@ -155,7 +150,7 @@ def same_gpu(a: Row, b: Row) -> str:
         return "not side by side (no GPU measured both)"
     gpu, va, vb = one
     return (
-        f"not all side by side (on {len(gpus_a | gpus_b)} GPUs); on {short(gpu)} alone "
+        f"not all side by side (on {len(gpus_a | gpus_b)} GPUs); on {short_machine(gpu)} alone "
         f"(n={len(va)} vs {len(vb)}): {gain(va, vb)}; the GPU as a block: "
         f"{gpu_adjusted(a.values, a.gpus, b.values, b.gpus)}"
     )
@@ -281,7 +276,7 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
             tok_s=fmt_tok(values),
             j_per_token=fmt_j(energy_per_token(study, est)),
             values=values,
-            gpus=_gpus(study, est),
+            gpus=_gpus(est),
         )
 
     rows = []
@@ -400,7 +395,7 @@ def cross_card_lines(study: str) -> list[str]:
 
 def _gpu_list(rows: Sequence[Row]) -> str:
     gpus = sorted({g for r in rows for g in r.gpus if g is not None})
-    return ", ".join(short(g) for g in gpus) or "not recorded"
+    return ", ".join(short_machine(g) for g in gpus) or "not recorded"
 
 
 def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:

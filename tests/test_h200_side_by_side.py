@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -751,3 +752,30 @@ def test_the_next_session_ends_the_h100_explanation_in_3_restarts_or_9() -> None
                    speed=0.9, noise=0.017)  # fmt: skip
     assert len(apart.measured) == 9
     assert apart.state.left_out == ["(this explanation on GPU-e8989a30)", "vllm-h200-dense-check"]
+
+
+def test_best_says_when_a_configurations_runs_span_machines() -> None:
+    """`autotune best` of the H100 check: its winner's three runs came from two H100s (the
+    study resumed after a lease ended); each run names its GPU and a row says the estimate
+    spans them. The MoE check ran in one session on one GPU: no such row."""
+    h100 = ROOT / "benchmarks" / "h100"
+
+    def best(study: str, db: Path) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "autotune", "best", "--study", study, "--storage",
+             f"sqlite:///{db}"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+            env={**os.environ, "COLUMNS": "400"},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return " ".join(out.stdout.split())
+
+    text = best("vllm-h200-dense-check", h100 / "vllm-dense-check-h100.db")
+    assert (
+        "trial #2 [GPU-15864ad5]: 5,245.3; re-run 1 [GPU-15864ad5]: 5,297.7; "
+        "re-run 2 [GPU-d64d6eee]: 5,297.7"
+    ) in text
+    assert "│ measured on │ 2 machines (GPU-15864ad5: 2, GPU-d64d6eee: 1)" in text
+    moe = best("vllm-h100-moe-check", h100 / "vllm-h100-moe-check.db")
+    assert "trial #2: 9,406.1; re-run 1: 9,564.9; re-run 2: 9,778.6" in moe
+    assert "measured on" not in moe

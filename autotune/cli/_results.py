@@ -193,7 +193,8 @@ def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
 
 
 def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:
-    from autotune.results import format_estimate, objective_label
+    from autotune.results import format_estimate, machines_of, objective_label
+    from autotune.telemetry import short_machine
 
     m = winner.metrics or {}
     table = Table(title=f"best feasible trial #{winner.number}", show_header=False)
@@ -213,9 +214,12 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
             f"{100 * (estimate.noise_sd or 0):.1f}% (pooled over the repeated measurements, "
             f"{estimate.noise_df} df)",
         )
+    machines = machines_of(estimate.measurements)
     runs = []
     for x in estimate.measurements:
         label = f"trial #{x.of}" if x.repeat == 0 else f"re-run {x.repeat}"
+        if len(machines) > 1:
+            label += f" [{short_machine(x.machine) if x.machine else 'no GPU recorded'}]"
         if x.full and x.throughput is not None:
             runs.append(f"{label}: {x.throughput:,.1f}")
         elif x.aborted:
@@ -223,6 +227,17 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
         else:
             runs.append(f"{label}: {x.failure or 'infeasible'}")
     table.add_row(f"measurements ({unit})", Text("; ".join(runs)))
+    if len(machines) > 1:
+        counts = ", ".join(
+            f"{short_machine(m) if m else 'no GPU recorded'}: {n}" for m, n in machines.items()
+        )
+        table.add_row(
+            "measured on",
+            Text(
+                f"{len(machines)} machines ({counts}): the mean and its interval carry any "
+                "difference between them"
+            ),
+        )
     if base is not None and base.metrics:
         table.add_row(
             f"baseline (trial #{base.number})",

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 from autotune.explain.record import ExplainRun, Interval, Occasion
 from autotune.results import noise_level, t_quantile
+from autotune.telemetry import short_machine
 
 
 def source_study(source: str) -> str:
@@ -43,10 +44,9 @@ parentheses)."""
 
 
 def machine_occasion(machine: str) -> str:
-    """The occasion's name for the GPUs ``machine`` (comma-joined NVML UUIDs): each UUID's
-    first two parts (``GPU-6afddaf0``), enough to tell a session's GPUs apart."""
-    short = "+".join("-".join(uuid.split("-")[:2]) for uuid in machine.split(","))
-    return f"{MACHINE_PREFIX}{short})"
+    """The occasion's name for the GPUs ``machine`` (comma-joined NVML UUIDs), each by
+    :func:`~autotune.telemetry.short_machine`."""
+    return f"{MACHINE_PREFIX}{short_machine(machine)})"
 
 
 def current_machine(runs: Mapping[str, Sequence[ExplainRun]]) -> str | None:

@@ -70,11 +70,7 @@ class ExplainRun(BaseModel):
     def machine(self) -> str | None:
         """The GPUs the run was measured on (their NVML UUIDs), None where none were
         measured (a CPU machine, the twin)."""
-        t = self.telemetry
-        if t is None or not t.available:
-            return None
-        uuids = sorted(g.uuid for g in t.gpus if g.uuid)
-        return ",".join(uuids) if uuids else None
+        return None if self.telemetry is None else self.telemetry.machine
 
     @property
     def value(self) -> float | None:

@@ -43,6 +43,7 @@ from autotune.results._estimates import (
     bracket_width,
     config_estimates,
     load_remeasurements,
+    machines_of,
     remeasure_key,
 )
 from autotune.results._labels import OBJECTIVE_LABELS, format_estimate, objective_label
@@ -97,6 +98,7 @@ __all__ = [
     "launched",
     "load_remeasurements",
     "load_results",
+    "machines_of",
     "metric_value",
     "noise_level",
     "objective_label",

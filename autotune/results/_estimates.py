@@ -10,7 +10,7 @@ ranking's business (:mod:`autotune.results._ranking`), not this module's.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -20,6 +20,7 @@ from autotune.errors import StorageError
 from autotune.launch import ServiceStartup
 from autotune.results._noise import conservative, half_width, noise_level
 from autotune.results._trials import TrialResult, _phase_seconds, load_results, metric_value
+from autotune.telemetry import Telemetry
 
 REMEASURE_PREFIX = "remeasure:"
 """Study user attribute ``remeasure:N:R``: re-measurement R (1, 2, ...) of trial N's config."""
@@ -55,6 +56,9 @@ class Measurement(BaseModel):
     startup: dict[str, ServiceStartup] = Field(default_factory=dict)
     """A re-measurement's start-up stages per service (the trial's own are on its
     :class:`TrialResult`)."""
+    machine: str | None = None
+    """The GPUs it ran on (:attr:`autotune.telemetry.Telemetry.machine`); None where no
+    GPU telemetry was recorded."""
 
     @property
     def full(self) -> bool:
@@ -105,6 +109,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     target=_optional_int(raw.get("target")),
                     resolution=bracket_width(raw.get("capacity")),
                     startup=raw.get("startup") or {},
+                    machine=_machine(raw.get("telemetry")),
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
@@ -112,6 +117,20 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                 f"study attribute {key}: not a re-measurement record: {exc}"
             ) from exc
     return sorted(out, key=lambda m: (m.of, m.repeat))
+
+
+def machines_of(measurements: Sequence[Measurement]) -> dict[str | None, int]:
+    """How many of ``measurements`` ran on each machine (:attr:`Measurement.machine`), in
+    the order first seen; one key where they shared one (or none recorded any)."""
+    out: dict[str | None, int] = {}
+    for m in measurements:
+        out[m.machine] = out.get(m.machine, 0) + 1
+    return out
+
+
+def _machine(raw: Any) -> str | None:
+    """The GPUs of a stored re-measurement's ``telemetry`` (None: none recorded)."""
+    return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw).machine
 
 
 def _optional_int(value: Any) -> int | None:
@@ -169,6 +188,7 @@ def _own_measurement(r: TrialResult) -> Measurement:
         metrics=r.metrics,
         phase_seconds=r.phase_seconds,
         resolution=bracket_width(r.capacity),
+        machine=None if r.telemetry is None else r.telemetry.machine,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from autotune.telemetry.base import NoTelemetry, TelemetrySampler
 from autotune.telemetry.devices import chosen_gpus, gpu_sampler
-from autotune.telemetry.model import GpuTelemetry, Reading, Telemetry
+from autotune.telemetry.model import GpuTelemetry, Reading, Telemetry, short_machine
 from autotune.telemetry.nvml import INTERVAL_S, NvmlSampler, open_nvml
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "chosen_gpus",
     "gpu_sampler",
     "open_nvml",
+    "short_machine",
 ]

@@ -63,6 +63,12 @@ class GpuTelemetry(BaseModel):
     """The last other NVML error while sampling (the sampling went on)."""
 
 
+def short_machine(machine: str) -> str:
+    """The GPUs ``machine`` (comma-joined NVML UUIDs) by each UUID's first two parts
+    (``GPU-6afddaf0``): enough to tell a session's GPUs apart."""
+    return "+".join("-".join(uuid.split("-")[:2]) for uuid in machine.split(","))
+
+
 class Telemetry(BaseModel):
     """A trial's ``telemetry``: the GPUs over the measured phase, or why there is none."""
 
@@ -101,6 +107,15 @@ class Telemetry(BaseModel):
     @property
     def available(self) -> bool:
         return self.source == "nvml"
+
+    @property
+    def machine(self) -> str | None:
+        """The GPUs measured (their NVML UUIDs, sorted, comma-joined): which machine a run
+        was on, where a study resumed on lent hardware spans several; None without any."""
+        if not self.available:
+            return None
+        uuids = sorted(g.uuid for g in self.gpus if g.uuid)
+        return ",".join(uuids) if uuids else None
 
     def with_tokens(self, output_tokens: int) -> Telemetry:
         """This telemetry with the phase's output tokens and J/token (``None`` without

@@ -17,6 +17,7 @@ import pytest
 from e2e_helpers import E2E_STUDY, FAST_CONFIG, REPO, autotune_cli, load
 from fake_pynvml import module_dir
 
+from autotune import results
 from autotune.results import load_remeasurements
 
 pytestmark = pytest.mark.slow
@@ -71,8 +72,13 @@ def test_an_energy_study_with_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert again  # the race's one restart: measured again, its GPUs with it
     stored = study.user_attrs[f"remeasure:{again[0].of}:{again[0].repeat}"]
     assert stored["telemetry"]["source"] == "nvml"
+    # which machine each measurement ran on: its 8 GPUs' UUIDs, the same for all here
+    machine = results.config_estimates(study)[0].measurements[0].machine
+    assert machine is not None and len(machine.split(",")) == 8
+    assert {m.machine for m in again} == {machine}
     best = autotune_cli("best", "--study", "energy", "--storage", url, cwd=tmp_path)
     text = " ".join(best.stdout.split())
+    assert "measured on" not in text  # one machine: nothing to say
     assert "│ energy efficiency │" in text and "tok/kJ" in text
     assert "│ GPU telemetry │ 8 GPU(s) (NVIDIA H200)" in text
     assert "│ GPU power │ mean 2,800.0 W" in text and " J/token (" in text
