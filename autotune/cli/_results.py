@@ -215,11 +215,15 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
             f"{estimate.noise_df} df)",
         )
     machines = machines_of(estimate.measurements)
+
+    def gpu(machine: str | None) -> str:
+        return short_machine(machine) if machine else "no GPU recorded"
+
     runs = []
     for x in estimate.measurements:
         label = f"trial #{x.of}" if x.repeat == 0 else f"re-run {x.repeat}"
         if len(machines) > 1:
-            label += f" [{short_machine(x.machine) if x.machine else 'no GPU recorded'}]"
+            label += f" [{gpu(x.machine)}]"
         if x.full and x.throughput is not None:
             runs.append(f"{label}: {x.throughput:,.1f}")
         elif x.aborted:
@@ -228,9 +232,7 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
             runs.append(f"{label}: {x.failure or 'infeasible'}")
     table.add_row(f"measurements ({unit})", Text("; ".join(runs)))
     if len(machines) > 1:
-        counts = ", ".join(
-            f"{short_machine(m) if m else 'no GPU recorded'}: {n}" for m, n in machines.items()
-        )
+        counts = ", ".join(f"{gpu(m)}: {n}" for m, n in machines.items())
         table.add_row(
             "measured on",
             Text(
