@@ -33,8 +33,9 @@ fi
 # (no registry) is not fatal here: tests/engines retries and skips, or fails under
 # AUTOTUNE_REQUIRE_ENGINES=1.
 cd "$(dirname "$0")/.."
-py=.venv/bin/python
-[ -x "$py" ] || py=python3
+# scripts/engines/manifest.py is standard library only, so the builds need no .venv: `make
+# test` runs them while it installs the venv (it passes PYTHON, the venv's base interpreter).
+py=${PYTHON:-python3}
 mkdir -p .venv-engines
 # The builds are independent and mostly wait on downloads and unpacking, so they run side by
 # side (216 s from a clean clone here, against 295 s one after another). vllm 0.33.0
