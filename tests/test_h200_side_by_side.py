@@ -739,9 +739,11 @@ def test_the_h100_measured_what_the_explanations_plan_said() -> None:
         (r for rs in runs.values() for r in rs if r.source is None),
         key=lambda r: r.measured_at or 0.0,
     )
-    assert [r.machine for r in own] == [
-        "GPU-e8989a30-42b3-c78f-c4ed-24c5ff1d6b6b"
-    ] * 6 + ["GPU-f51185dd-11a3-aa23-8661-98bc73e5d1de"] * 9
+    first_gpu, second_gpu = (
+        "GPU-e8989a30-42b3-c78f-c4ed-24c5ff1d6b6b",
+        "GPU-f51185dd-11a3-aa23-8661-98bc73e5d1de",
+    )
+    assert [r.machine for r in own] == [first_gpu] * 6 + [second_gpu] * 9
     read = {k: sum(r.value or 0.0 for r in rs) / len(rs) for k, rs in runs.items()}
 
     def truth(config: dict[str, object]) -> float:
@@ -749,7 +751,7 @@ def test_the_h100_measured_what_the_explanations_plan_said() -> None:
 
     def upto(n: int) -> dict[str, list[ExplainRun]]:
         kept = {id(r) for r in own[:n]}
-        cut = {k: [r for r in rs if r.source is not None or id(r) in kept] for k, rs in runs.items()}
+        cut = {k: [r for r in rs if r.source or id(r) in kept] for k, rs in runs.items()}
         return {k: rs for k, rs in cut.items() if rs}
 
     def planner(repeats: int) -> Planner:
@@ -761,7 +763,7 @@ def test_the_h100_measured_what_the_explanations_plan_said() -> None:
     # the first call: the state the first H100 left (6 runs, no order yet), resumed
     first = stored.model_copy(update={"runs": 6, "order": None})
     same = replay(planner(1), truth, runs=upto(6), state=first,
-                  machine="GPU-f51185dd-11a3-aa23-8661-98bc73e5d1de", noise=0.017)  # fmt: skip
+                  machine=second_gpu, noise=0.017)  # fmt: skip
     assert [m.why for m in same.measured] == [
         "the winner without cudagraph_mode, run 1",
         "the winner without quantization, run 2 (beside the lent runs: the occasions compared)",
@@ -776,7 +778,7 @@ def test_the_h100_measured_what_the_explanations_plan_said() -> None:
     assert apart.state.left_out == ["(this explanation on GPU-e8989a30)", "vllm-h200-dense-check"]
     # the second call, --repeats 2 over the 9: a second run of each revert measured once
     second = replay(planner(2), truth, runs=upto(9), state=stored.model_copy(update={"runs": 9}),
-                    machine="GPU-f51185dd-11a3-aa23-8661-98bc73e5d1de", noise=0.017)  # fmt: skip
+                    machine=second_gpu, noise=0.017)  # fmt: skip
     assert [m.key for m in second.measured] == [r.key for r in own[9:]]
     assert all(m.why.endswith("run 2") for m in second.measured)
     assert second.finished is not None and second.state.left_out == []
