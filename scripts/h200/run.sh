@@ -102,17 +102,16 @@
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --own-runs --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h200/vllm-h200-dense-check.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models explain watch 420
-#   On an H100 instead (begun 2026-12-07: 6 of the 7 reverts, one run each, borrowing the
-#   H100 check's 9 runs; BENCHMARKS.md "The H200 winner explained on an H100, so far"), on a
-#   copy of the tuning study kept apart: $OUT/vllm-h200-dense.db ->
-#   benchmarks/h100/vllm-h200-dense-explain-h100.db. Resumed there: 3 restarts where the next
-#   GPU reads as the last, 9 where 10% apart:
+#   On an H100 instead (done 2026-12-07: each of the 7 reverts twice on two H100s, 15
+#   restarts, borrowing the H100 check's 9 runs; BENCHMARKS.md "The H200 winner explained on
+#   an H100"), on a copy of the tuning study kept apart: $OUT/vllm-h200-dense.db ->
+#   benchmarks/h100/vllm-h200-dense-explain-h100.db. Its last session's two calls (after the
+#   kit's first two; `kit models` only in the first):
 #     CARD=any STUDY=vllm-h200-dense FROM_DB=benchmarks/h100/vllm-h200-dense-explain-h100.db \
 #       EXPLAIN_ARGS="--repeats 1 --no-path --no-minimal --runs-from vllm-h200-dense-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-dense-check-h100.db" \
 #       MODELS=h200-7b:/tmp/autotune-model-7b CALL_S=560 scripts/h200/run.sh kit models explain watch 600
-#     then the same with --repeats 2 (7 more restarts on one GPU: a second run of each revert)
-#     narrows the intervals of the changes that read within the noise.
+#     then EXPLAIN_ARGS="--repeats 2 ..." ... scripts/h200/run.sh explain watch 600
 #   #19 of the dense study (cut by the faulty early abort) and the random arm's winner, from
 #   fresh starts in the check study (ALSO: N of the tuning study, STUDY:N or STUDY:best, the
 #   latter from studies/STUDY.db when this machine has it, else benchmarks/h200/STUDY.db;
