@@ -10,6 +10,7 @@ import os
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -210,6 +211,8 @@ def _sqlite_path(url: str) -> Path | None:
     if not url.startswith(prefix):
         return None
     rest = url[len(prefix) :].split("?", 1)[0]
+    if rest.startswith("file:"):  # an SQLite URI filename (``?...&uri=true``)
+        rest = rest[len("file:") :]
     return Path(rest) if rest and rest != ":memory:" else None
 
 
@@ -229,8 +232,35 @@ def with_driver(url: str) -> str:
     return f"postgresql://{rest}"
 
 
+SQLITE_DRIVER_ARGS = (
+    "timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements", "uri",
+)  # fmt: skip
+"""What SQLAlchemy's pysqlite dialect reads from an SQLite URL's query string; the rest are
+SQLite URI parameters (``mode``, ``cache``, ...), read only with ``uri=true``."""
+
+
+def _check_sqlite_query(url: str) -> None:
+    """An SQLite URL's query must be read by the driver: SQLAlchemy only warns of the rest
+    and drops it, so ``?mode=ro`` would open the database read-write, which is not what the
+    user asked for."""
+    if not url.startswith("sqlite:") or "?" not in url:
+        return
+    query = urllib.parse.parse_qs(url.split("?", 1)[1], keep_blank_values=True)
+    if query.get("uri", [""])[-1].strip().lower() in ("true", "1", "yes", "on"):
+        return  # SQLite's own URI parameters, passed on by the driver
+    ignored = sorted(set(query) - set(SQLITE_DRIVER_ARGS))
+    if ignored:
+        raise StorageError(
+            f"storage {display_url(url)}: SQLite's driver does not read "
+            f"{', '.join(repr(k) for k in ignored)} (its query arguments are "
+            f"{', '.join(SQLITE_DRIVER_ARGS)}; SQLite URI parameters such as mode need "
+            "uri=true as well: sqlite:///file:study.db?mode=ro&uri=true)"
+        )
+
+
 def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     """An Optuna RDB storage for ``url``; StorageError with the reason when it cannot open."""
+    _check_sqlite_query(url)
     path = _sqlite_path(url)
     if path is not None:
         if not create and not path.exists():
