@@ -525,14 +525,22 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
         "What the winner's changes bought (`autotune explain` of #23: 3 restarts + 9 borrowed): "
         "the winner 9,484.7 (n=4), vLLM's defaults 8,159.9 (n=3); run-to-run noise 3.5%."
     )
+    # the runs span two H100s (the check's and the explanation's), so a last column reads
+    # each change with the GPU as a block: the fp8 revert ran only on the explanation's GPU,
+    # beside one run of the winner, and there the interval includes zero
     assert explained[4:6] == [
-        "| quantization: default -> fp8 | 8,398.3 (n=2) | +1,086.4 (+465.3 to +1,707.6) | +11.5% |",
+        "| quantization: default -> fp8 | 8,398.3 (n=2) | +1,086.4 (+465.3 to +1,707.6) | +11.5% "
+        "| +8.7% (-1.2% to +17.6%) |",
         "| enable_prefix_caching: default -> off | 9,191.4 (n=3) | +293.3 (-288.4 to +874.9) "
-        "| +3.1% |",
+        "| +3.1% | +4.1% (-2.7% to +10.4%) |",
     ]
     assert explained[7].startswith(
         "* runs lent by study 'vllm-h100-moe-check' read +4.3% against this explanation's own "
         "runs of the same 1 configuration(s) (95% interval -5.3..+14.9%): within the noise"
+    )
+    assert explained[8] == (
+        "* with the GPU as a block (2 GPUs: GPU-659a7970, GPU-b94e07e8): run-to-run noise "
+        "3.6%, 7 df"
     )
     study = optuna.load_study(
         study_name="vllm-h100-moe",
@@ -709,6 +717,18 @@ def test_the_dense_winner_explained_on_an_h100() -> None:
     assert len(drift) == 2 and all(line.endswith("within the noise") for line in drift)
     assert "earlier machine (GPU-e8989a30) read -2.1%" in drift[0]
     assert "'vllm-h200-dense-check' read -3.1%" in drift[1]
+    # The GPU as a block (4 H100s): the offsets between them (up to 4%) come out of the
+    # noise (1.8% -> 1.0%) and of the small changes, which read -0.1..+1.2%, every interval
+    # straddling zero; the two fp8 levers stay above it.
+    assert lines[-1] == (
+        "* with the GPU as a block (4 GPUs: GPU-15864ad5, GPU-d64d6eee, GPU-e8989a30, "
+        "GPU-f51185dd): run-to-run noise 1.0%, 11 df"
+    )
+    assert fp8[4] == "+23.2% (+21.0% to +25.4%)" and kv[4] == "+6.6% (+3.9% to +9.3%)"
+    for lever in ("max_num_batched_tokens", "enable_prefix_caching", "gpu_memory_utilization",
+                  "max_num_seqs", "cudagraph_mode"):  # fmt: skip
+        low, high = _row(table, f"{lever}: default -> ")[4].split("(")[1].rstrip(")").split(" to ")
+        assert float(low.rstrip("%")) < 0 < float(high.rstrip("%"))
 
 
 def test_the_h100_measured_what_the_explanations_plan_said() -> None:

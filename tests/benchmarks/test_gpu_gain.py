@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autotune.results import t_quantile
-from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu
+from benchmarks.gpu_gain import fit_blocks, gain, gpu_adjusted, on_one_gpu
 
 
 def _lstsq(
@@ -94,3 +94,56 @@ def test_one_gpu_is_the_one_whose_smaller_side_is_larger() -> None:
     # a: 4 runs against 1, b: 2 against 2: b compares two with two
     assert on_one_gpu([1.0, 2.0, 3.0, 4.0, 8.0, 9.0], [a, a, a, a, b, b], [5.0, 6.0, 7.0],
                       [a, b, b]) == (b, [8.0, 9.0], [6.0, 7.0])  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_fit_of_many_configurations_reads_two_as_the_closed_form(seed: int) -> None:
+    """fit_blocks over the runs of two configurations gives gpu_adjusted's estimate and
+    interval; a third configuration on the same GPUs adds its runs' scatter to the noise
+    and its degrees of freedom, and leaves the two's estimate alone when it sits on one
+    GPU (it fixes nothing about the others)."""
+    rng = random.Random(seed)
+    gpus = [f"GPU-{i:08x}-aaaa" for i in range(rng.randint(2, 4))]
+    a = [rng.uniform(5.0, 6.0) for _ in range(rng.randint(2, 5))]
+    b = [rng.uniform(4.0, 5.0) for _ in range(rng.randint(2, 5))]
+    ga = [rng.choice(gpus) for _ in a]
+    gb = [rng.choice(gpus) for _ in b]
+    ga[0] = gb[0] = gpus[0]
+    if len(a) + len(b) - len(set(ga) | set(gb)) - 1 < 1:
+        a.append(5.5)
+        ga.append(gpus[0])
+    runs = [("a", g, v) for v, g in zip(a, ga, strict=True)]
+    runs += [("b", g, v) for v, g in zip(b, gb, strict=True)]
+    if len(set(ga) | set(gb)) < 2:
+        assert fit_blocks(runs) is None  # one GPU: nothing to take out
+        return
+    fit = fit_blocks(runs)
+    assert fit is not None
+    read = fit.ratio("a", "b")
+    assert read is not None and read[1] is not None
+    delta, half = read
+    text = (
+        f"{100 * (math.exp(delta) - 1):+.1f}% (95% CI {100 * (math.exp(delta - half) - 1):+.1f}"
+        f" to {100 * (math.exp(delta + half) - 1):+.1f}%; {len(runs)} runs on {len(fit.gpus)} "
+        f"GPUs, {fit.df} df)"
+    )
+    assert text == gpu_adjusted(a, ga, b, gb)
+    alone = fit_blocks([*runs, ("c", gpus[-1], 7.0)])
+    assert alone is not None and alone.df == fit.df
+    again = alone.ratio("a", "b")
+    assert again is not None and again[0] == pytest.approx(delta)
+
+
+def test_configurations_no_shared_gpu_links_are_not_compared() -> None:
+    runs = [("a", "x", 10.0), ("a", "x", 11.0), ("b", "y", 5.0), ("b", "y", 6.0)]
+    fit = fit_blocks(runs)
+    assert fit is not None and fit.ratio("a", "b") is None
+    # a third configuration measured on both GPUs links them
+    linked = fit_blocks([*runs, ("c", "x", 8.0), ("c", "y", 4.0)])
+    assert linked is not None
+    read = linked.ratio("a", "b")
+    assert read is not None and math.exp(read[0]) == pytest.approx(
+        math.sqrt(10.0 * 11.0) / 8.0 / (math.sqrt(5.0 * 6.0) / 4.0)
+    )
+    assert fit_blocks([("a", None, 1.0), ("b", "x", 1.0)]) is None
+    assert fit_blocks([("a", "x", 1.0), ("b", "x", 2.0)]) is None
