@@ -120,8 +120,9 @@ def test_the_fit_of_many_configurations_reads_two_as_the_closed_form(seed: int) 
     fit = fit_blocks(runs)
     assert fit is not None
     read = fit.ratio("a", "b")
-    assert read is not None and read[1] is not None
+    assert read is not None
     delta, half = read
+    assert half is not None
     text = (
         f"{100 * (math.exp(delta) - 1):+.1f}% (95% CI {100 * (math.exp(delta - half) - 1):+.1f}"
         f" to {100 * (math.exp(delta + half) - 1):+.1f}%; {len(runs)} runs on {len(fit.gpus)} "
