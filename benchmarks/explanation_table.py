@@ -3,22 +3,21 @@ of the winner, the winner measured without it and what it bought, and how the ru
 read against its own. Read by ``benchmarks/h200_side_by_side.py`` under its verdict.
 
 Where the runs (its own and the borrowed) span GPUs, a last column reads each change with the
-GPU as a block (:func:`benchmarks.gpu_gain.fit_blocks`): the explanation keeps runs of GPUs
+GPU as a block (:func:`autotune.explain.gpu_blocked`): the explanation keeps runs of GPUs
 that read within the noise of each other, and a few percent between GPUs that is within it
 still moves a small change's contribution by as much (the dense winner's on two H100s)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from autotune.explain import GpuBlocks, gpu_blocked
 from autotune.explain.occasions import describe
 from autotune.explain.record import Effect, Measured, load_explanation, load_runs
-from benchmarks.gpu_gain import BlockFit, fit_blocks
 
 
 def load_study(path: Path, name: str) -> optuna.Study | None:
@@ -58,7 +57,7 @@ def explanation_lines(db: Path, name: str) -> list[str]:
     if e is None:
         return []
     assert study is not None
-    fit = _fit(study)
+    fit = gpu_blocked(e, load_runs(study))
     lent = f" + {e.borrowed} borrowed" if e.borrowed else ""
     if e.borrowed_own:
         lent += f" ({e.borrowed_own} from the study's own trials)"
@@ -82,44 +81,19 @@ def explanation_lines(db: Path, name: str) -> list[str]:
         share = "-" if x.relative is None else f"{100 * x.relative:+.1f}%"
         row = f"| {_change(x)} | {_measured(x.without)} | {bought} | {share} |"
         if fit:
-            row += f" {_blocked(fit, e.winner_measured.key, x.without.key)} |"
+            row += f" {_blocked(fit, x.change)} |"
         out.append(row)
     tail = ["", *(f"* {describe(o)}" for o in e.occasions)]
     if fit:
-        tail.append(
-            f"* with the GPU as a block ({len(fit.gpus)} GPUs: "
-            + ", ".join(g[:12] for g in fit.gpus)
-            + f"): run-to-run noise {100 * fit.sigma:.1f}%, {fit.df} df"
-        )
+        tail.append(f"* {fit.describe()}")
     return out + tail
 
 
-def _fit(study: optuna.Study) -> BlockFit | None:
-    """Every run stored with the explanation, its own and the lent ones, each on its GPU
-    (those of an occasion the planner left out too: the GPU as a block is the other way to
-    read runs of GPUs that differ); None where they ran on one GPU or a run does not say
-    which."""
-    runs = [
-        (key, r.machine, r.value)
-        for key, rs in load_runs(study).items()
-        for r in rs
-        if r.value is not None
-    ]
-    return fit_blocks(runs)
-
-
-def _blocked(fit: BlockFit, winner: str | None, without: str | None) -> str:
-    """``1 - without / winner`` (the share column's meaning) with its interval."""
-    if winner is None or without is None or without not in fit.keys or winner not in fit.keys:
-        return "-"
-    read = fit.ratio(winner, without)
-    if read is None:
+def _blocked(blocks: GpuBlocks, change: str) -> str:
+    share = blocks.shares.get(change)
+    if share is None:
         return "not linked by a shared GPU"
-    delta, half = read
-
-    def share(d: float) -> str:
-        return f"{100 * (1 - math.exp(-d)):+.1f}%"
-
-    return share(delta) + (
-        "" if half is None else f" ({share(delta - half)} to {share(delta + half)})"
-    )
+    text = f"{100 * share.value:+.1f}%"
+    if share.low is not None and share.high is not None:
+        text += f" ({100 * share.low:+.1f}% to {100 * share.high:+.1f}%)"
+    return text

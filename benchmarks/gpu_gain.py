@@ -17,9 +17,9 @@ the GPUs as if the configuration had bought it. Three readings, each for what it
   scatter to ``sigma``.
 
 The readers (``benchmarks/h200_side_by_side.py``) print all three where the runs span GPUs.
-:func:`fit_blocks` fits the same model to any number of configurations: the explanation's
-table (``benchmarks/explanation_table.py``) reads each change with the GPU as a block where
-its runs span GPUs.
+:func:`autotune.explain.blocks.fit_blocks` fits the same model to any number of
+configurations: ``autotune explain`` and the explanation's table
+(``benchmarks/explanation_table.py``) read each change with the GPU as a block with it.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
 
 from autotune.results import t_quantile
 
@@ -113,59 +110,3 @@ def gpu_adjusted(
     ss += sum(w * (d - delta) ** 2 for d, w in diffs)
     half = t_quantile(0.95, df) * math.sqrt(ss / df / total)
     return f"{text} (95% CI {_pct(delta - half)} to {_pct(delta + half)}%; {where}, {df} df)"
-
-
-@dataclass(frozen=True)
-class BlockFit:
-    """Every run of several configurations on several GPUs, ``log(run) = configuration + GPU
-    + noise`` fitted by least squares (:func:`fit_blocks`): what :func:`gpu_adjusted` does
-    for two configurations, for as many as an explanation measures."""
-
-    keys: list[str]
-    """The configurations, in the order of the coefficients."""
-    beta: np.ndarray
-    """Each configuration's log level (at the first GPU's), then each other GPU's offset."""
-    xtx_pinv: np.ndarray
-    design: np.ndarray
-    sigma: float
-    """The run-to-run noise left once the GPUs are taken out (a log, ~ a fraction)."""
-    df: int
-    gpus: list[str]
-
-    def ratio(self, a: str, b: str) -> tuple[float, float | None] | None:
-        """``log(a / b)`` with the half-width of its 95% interval (None: no df left); None
-        where the runs do not fix it (no chain of shared GPUs links ``a`` to ``b``)."""
-        c = np.zeros(self.beta.shape[0])
-        c[self.keys.index(a)], c[self.keys.index(b)] = 1.0, -1.0
-        # estimable iff c lies in the design's row space
-        if np.abs(c - c @ self.xtx_pinv @ self.design.T @ self.design).max() > 1e-8:
-            return None
-        delta = float(c @ self.beta)
-        if self.df < 1:
-            return delta, None
-        return delta, t_quantile(0.95, self.df) * self.sigma * math.sqrt(
-            float(c @ self.xtx_pinv @ c)
-        )
-
-
-def fit_blocks(runs: Sequence[tuple[str, str | None, float]]) -> BlockFit | None:
-    """The two-way fit of ``(configuration, GPU, value)`` runs; None where a run has no GPU
-    or no positive value, or all ran on one GPU (nothing to take out)."""
-    if not runs or any(g is None or v <= 0 for _, g, v in runs):
-        return None
-    keys = sorted({k for k, _, _ in runs})
-    gpus = sorted({str(g) for _, g, _ in runs})
-    if len(gpus) < 2:
-        return None
-    x = np.zeros((len(runs), len(keys) + len(gpus) - 1))
-    y = np.array([math.log(v) for _, _, v in runs])
-    for i, (k, g, _) in enumerate(runs):
-        x[i, keys.index(k)] = 1.0
-        if (j := gpus.index(str(g))) > 0:
-            x[i, len(keys) + j - 1] = 1.0
-    xtx_pinv = np.linalg.pinv(x.T @ x)
-    beta = xtx_pinv @ x.T @ y
-    df = len(runs) - int(np.linalg.matrix_rank(x))
-    resid = y - x @ beta
-    sigma = math.sqrt(float(resid @ resid) / df) if df > 0 else 0.0
-    return BlockFit(keys, beta, xtx_pinv, x, sigma, df, gpus)

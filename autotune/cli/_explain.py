@@ -197,6 +197,22 @@ def _interval(x: Any, fmt: str = "{:+,.1f}") -> str:
     return text
 
 
+def _share(x: Any) -> str:
+    """A share read with the GPU as a block, in percent with its interval."""
+    from autotune.explain.record import Interval
+
+    if x is None:
+        return "not linked by a shared GPU"
+    return _interval(
+        Interval(
+            value=100 * x.value,
+            low=None if x.low is None else 100 * x.low,
+            high=None if x.high is None else 100 * x.high,
+        ),
+        "{:+.1f}%",
+    )
+
+
 def _mean(m: Any) -> str:
     if m.failure is not None and m.n == 0:
         return f"failed: {m.failure}"
@@ -225,10 +241,12 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
     """The explanation as three tables: effects, path, minimal winner. ``runs`` (the
     stored runs by configuration key): where their GPUs were measured, each
     configuration's J/token and power beside its figures."""
+    from autotune.explain.blocks import gpu_blocked
     from autotune.explain.occasions import describe
 
     unit = e.unit
     runs = runs or {}
+    blocks = gpu_blocked(e, runs)
     gpu = any(r.telemetry is not None and r.telemetry.available for rs in runs.values() for r in rs)
     noise = "" if e.noise_sd is None else f"; run-to-run noise {100 * e.noise_sd:.1f}%"
     energy = (
@@ -249,8 +267,11 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
     )
     for o in e.occasions:
         console.print(Text(describe(o), style="bold yellow" if o.drift else ""))
+    if blocks is not None:
+        console.print(Text(blocks.describe()))
     table = Table(title=f"what each change bought ({unit}, 95% interval)")
     columns = ["change", "baseline -> winner", "winner without it", "contribution", "share"]
+    columns += ["share, the GPU as a block"] if blocks is not None else []
     for col in columns + (["without it: J/token, GPU power"] if gpu else []):
         table.add_column(col)
     for x in sorted(
@@ -272,6 +293,8 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
             _interval(x.contribution),
             share,
         ]
+        if blocks is not None:
+            cells.append(_share(blocks.shares.get(x.change)))
         if gpu:
             cells.append(Text(_energy(x.without, runs) or "-"))
         table.add_row(*cells)

@@ -4,11 +4,13 @@ deploying.
 The data flow: :class:`ChangeSet` (what the winner changed, grouped where conditions tie
 levers together) -> :class:`Planner` (what to measure next, from what is stored) ->
 :class:`Explanation` (stored in the study; the report draws it, ``best --minimal`` exports
-its minimal winner). The measuring loop is :mod:`autotune.study.explainer`.
+its minimal winner). The measuring loop is :mod:`autotune.study.explainer`. Where the runs
+span GPUs, :func:`gpu_blocked` reads each change again with the GPU as a block.
 """
 
 from __future__ import annotations
 
+from autotune.explain.blocks import GpuBlocks, gpu_blocked
 from autotune.explain.changes import Change, ChangeSet, Variant
 from autotune.explain.planner import Decide, Finished, Measure, Planner
 from autotune.explain.record import (
@@ -36,6 +38,7 @@ __all__ = [
     "ExplainState",
     "Explanation",
     "Finished",
+    "GpuBlocks",
     "Interval",
     "Measure",
     "Measured",
@@ -43,6 +46,7 @@ __all__ = [
     "PathStep",
     "Planner",
     "Variant",
+    "gpu_blocked",
     "load_explanation",
     "load_runs",
     "load_state",

@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import AutotuneError, StorageError
-from autotune.explain import Explanation, load_explanation
+from autotune.explain import Explanation, GpuBlocks, gpu_blocked, load_explanation, load_runs
 from autotune.export import redact_trial
 from autotune.plan import FleetPlan, deployment_gpus, load_settings, make_plan
 from autotune.report._common import Objective
@@ -49,6 +49,8 @@ class ReportData:
     explanation: Explanation | None = None
     explanation_error: str | None = None
     """Why a stored explanation could not be read (shown, not hidden)."""
+    explanation_blocks: GpuBlocks | None = None
+    """The explanation read with the GPU as a block, where its runs span GPUs."""
     gpus: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Deployment name -> (GPUs, file) for the trials' deployments that set ``gpus:``."""
     plan: FleetPlan | None = None
@@ -69,9 +71,11 @@ def read(study: optuna.Study, *, deployment_dirs: Sequence[Path] | None = None) 
     results = [redact_trial(r) for r in load_results(study)]
     winner, baseline = best_estimate(study), baseline_trial(study)
     gpus = deployment_gpus({r.deployment or "" for r in results}, search_dirs=deployment_dirs)
-    explanation, explanation_error = None, None
+    explanation, explanation_error, blocks = None, None, None
     try:
         explanation = load_explanation(study)
+        if explanation is not None:
+            blocks = gpu_blocked(explanation, load_runs(study))
     except StorageError as exc:
         explanation_error = str(exc)
     plan, plan_error = None, None
@@ -93,6 +97,7 @@ def read(study: optuna.Study, *, deployment_dirs: Sequence[Path] | None = None) 
         importances=param_importances(study) if importance_trials(results) else {},
         explanation=explanation,
         explanation_error=explanation_error,
+        explanation_blocks=blocks,
         gpus=gpus,
         plan=plan,
         plan_error=plan_error,

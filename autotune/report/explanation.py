@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from autotune.explain import Explanation, Interval, Measured
+from autotune.explain import Explanation, GpuBlocks, Interval, Measured
 from autotune.explain.occasions import describe
 from autotune.report._common import _e, _note, _plot, _section_open, _table
 from autotune.report._data import ReportData
@@ -41,6 +41,8 @@ def section(data: ReportData) -> str | None:
     if e is None:
         return None
     parts = [_section_open("explanation", title), _explanation_intro(e, data.name, data.winner)]
+    if (blocks := data.explanation_blocks) is not None and e.effects:
+        parts.append(_note(_blocks_note(e, blocks)))
     if not e.effects:
         parts.append(_note(f"Trial #{e.winner} has the baseline's configuration: no change."))
         return "\n".join(parts) + "</section>"
@@ -112,6 +114,24 @@ def _explanation_intro(e: Explanation, study_name: str, winner: ConfigEstimate |
             f"#{e.winner}; `autotune explain --study {study_name}` explains the new one."
         )
     return text + "".join(_note(n) for n in notes)
+
+
+def _blocks_note(e: Explanation, blocks: GpuBlocks) -> str:
+    """Each change's share again, its runs on several GPUs read with the GPU as a block
+    (:mod:`autotune.explain.blocks`)."""
+
+    def share(x: Interval | None) -> str:
+        if x is None:
+            return "not linked by a shared GPU"
+        if x.low is None or x.high is None:
+            return f"{100 * x.value:+.1f} %"
+        return f"{100 * x.value:+.1f} % ({100 * x.low:+.1f} to {100 * x.high:+.1f} %)"
+
+    shares = "; ".join(f"{x.change} {share(blocks.shares.get(x.change))}" for x in e.effects)
+    return (
+        f"The runs span GPUs; {blocks.describe()}. Each change's share of the winner read "
+        f"that way (95% intervals): {shares}."
+    )
 
 
 def _capital(text: str) -> str:

@@ -10,8 +10,9 @@ import random
 import numpy as np
 import pytest
 
+from autotune.explain.blocks import fit_blocks
 from autotune.results import t_quantile
-from benchmarks.gpu_gain import fit_blocks, gain, gpu_adjusted, on_one_gpu
+from benchmarks.gpu_gain import gain, gpu_adjusted, on_one_gpu
 
 
 def _lstsq(
