@@ -15,7 +15,7 @@ from typing import Any
 
 import optuna
 
-from autotune.explain import GpuBlocks, gpu_blocked
+from autotune.explain import gpu_blocked
 from autotune.explain.occasions import describe
 from autotune.explain.record import Effect, Measured, load_explanation, load_runs
 
@@ -81,19 +81,9 @@ def explanation_lines(db: Path, name: str) -> list[str]:
         share = "-" if x.relative is None else f"{100 * x.relative:+.1f}%"
         row = f"| {_change(x)} | {_measured(x.without)} | {bought} | {share} |"
         if fit:
-            row += f" {_blocked(fit, x.change)} |"
+            row += f" {fit.share_text(x.change)} |"
         out.append(row)
     tail = ["", *(f"* {describe(o)}" for o in e.occasions)]
     if fit:
         tail.append(f"* {fit.describe()}")
     return out + tail
-
-
-def _blocked(blocks: GpuBlocks, change: str) -> str:
-    share = blocks.shares.get(change)
-    if share is None:
-        return "not linked by a shared GPU"
-    text = f"{100 * share.value:+.1f}%"
-    if share.low is not None and share.high is not None:
-        text += f" ({100 * share.low:+.1f}% to {100 * share.high:+.1f}%)"
-    return text

@@ -102,6 +102,16 @@ class GpuBlocks:
     """Per change (:attr:`Effect.change`): ``1 - without / winner``, its 95% interval; None
     where no shared GPU links the two."""
 
+    def share_text(self, change: str) -> str:
+        """``+23.2% (+21.0% to +25.4%)``; why not, where no shared GPU links its sides."""
+        share = self.shares.get(change)
+        if share is None:
+            return "not linked by a shared GPU"
+        text = f"{100 * share.value:+.1f}%"
+        if share.low is not None and share.high is not None:
+            text += f" ({100 * share.low:+.1f}% to {100 * share.high:+.1f}%)"
+        return text
+
     def describe(self) -> str:
         offsets = ", ".join(f"{g[:12]} {100 * o:+.1f}%" for g, o in self.fit.gpu_offsets().items())
         return (

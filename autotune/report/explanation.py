@@ -120,14 +120,7 @@ def _blocks_note(e: Explanation, blocks: GpuBlocks) -> str:
     """Each change's share again, its runs on several GPUs read with the GPU as a block
     (:mod:`autotune.explain.blocks`)."""
 
-    def share(x: Interval | None) -> str:
-        if x is None:
-            return "not linked by a shared GPU"
-        if x.low is None or x.high is None:
-            return f"{100 * x.value:+.1f} %"
-        return f"{100 * x.value:+.1f} % ({100 * x.low:+.1f} to {100 * x.high:+.1f} %)"
-
-    shares = "; ".join(f"{x.change} {share(blocks.shares.get(x.change))}" for x in e.effects)
+    shares = "; ".join(f"{x.change} {blocks.share_text(x.change)}" for x in e.effects)
     return (
         f"The runs span GPUs; {blocks.describe()}. Each change's share of the winner read "
         f"that way (95% intervals): {shares}."

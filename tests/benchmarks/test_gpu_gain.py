@@ -35,19 +35,25 @@ def _lstsq(
     return pct[0], pct[1], pct[2], df
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_the_block_estimate_is_the_least_squares_fit(seed: int) -> None:
+def _draw(seed: int) -> tuple[list[float], list[str], list[float], list[str], list[str]]:
+    """Runs of two configurations on 2-4 GPUs: one GPU measured both sides at least once,
+    and one degree of freedom is left; (a, a's GPUs, b, b's GPUs, the GPUs)."""
     rng = random.Random(seed)
     gpus = [f"GPU-{i:08x}-aaaa" for i in range(rng.randint(2, 4))]
     a = [rng.uniform(5.0, 6.0) for _ in range(rng.randint(2, 5))]
     b = [rng.uniform(4.0, 5.0) for _ in range(rng.randint(2, 5))]
     ga = [rng.choice(gpus) for _ in a]
     gb = [rng.choice(gpus) for _ in b]
-    # one GPU measured both sides at least once, and one degree of freedom is left
     ga[0] = gb[0] = gpus[0]
     if len(a) + len(b) - len(set(ga) | set(gb)) - 1 < 1:
         a.append(5.5)
         ga.append(gpus[0])
+    return a, ga, b, gb, gpus
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_block_estimate_is_the_least_squares_fit(seed: int) -> None:
+    a, ga, b, gb, _ = _draw(seed)
     text = gpu_adjusted(a, ga, b, gb)
     centre, low, high, df = _lstsq(a, ga, b, gb)
     assert text == (
@@ -103,16 +109,7 @@ def test_the_fit_of_many_configurations_reads_two_as_the_closed_form(seed: int) 
     interval; a third configuration on the same GPUs adds its runs' scatter to the noise
     and its degrees of freedom, and leaves the two's estimate alone when it sits on one
     GPU (it fixes nothing about the others)."""
-    rng = random.Random(seed)
-    gpus = [f"GPU-{i:08x}-aaaa" for i in range(rng.randint(2, 4))]
-    a = [rng.uniform(5.0, 6.0) for _ in range(rng.randint(2, 5))]
-    b = [rng.uniform(4.0, 5.0) for _ in range(rng.randint(2, 5))]
-    ga = [rng.choice(gpus) for _ in a]
-    gb = [rng.choice(gpus) for _ in b]
-    ga[0] = gb[0] = gpus[0]
-    if len(a) + len(b) - len(set(ga) | set(gb)) - 1 < 1:
-        a.append(5.5)
-        ga.append(gpus[0])
+    a, ga, b, gb, gpus = _draw(seed)
     runs = [("a", g, v) for v, g in zip(a, ga, strict=True)]
     runs += [("b", g, v) for v, g in zip(b, gb, strict=True)]
     if len(set(ga) | set(gb)) < 2:

@@ -159,4 +159,4 @@ def test_the_h100_explanation_with_the_gpu_as_a_block_in_show_and_the_report(
     assert made.returncode == 0, made.stderr
     html = report.read_text()
     assert "The runs span GPUs; with the GPU as a block (4 GPUs:" in html
-    assert "quantization +23.2 % (+21.0 to +25.4 %)" in html
+    assert "quantization +23.2% (+21.0% to +25.4%)" in html
