@@ -197,22 +197,6 @@ def _interval(x: Any, fmt: str = "{:+,.1f}") -> str:
     return text
 
 
-def _share(x: Any) -> str:
-    """A share read with the GPU as a block, in percent with its interval."""
-    from autotune.explain.record import Interval
-
-    if x is None:
-        return "not linked by a shared GPU"
-    return _interval(
-        Interval(
-            value=100 * x.value,
-            low=None if x.low is None else 100 * x.low,
-            high=None if x.high is None else 100 * x.high,
-        ),
-        "{:+.1f}%",
-    )
-
-
 def _mean(m: Any) -> str:
     if m.failure is not None and m.n == 0:
         return f"failed: {m.failure}"
@@ -294,7 +278,7 @@ def print_explanation(e: Any, runs: Mapping[str, Sequence[Any]] | None = None) -
             share,
         ]
         if blocks is not None:
-            cells.append(_share(blocks.shares.get(x.change)))
+            cells.append(blocks.share_text(x.change))
         if gpu:
             cells.append(Text(_energy(x.without, runs) or "-"))
         table.add_row(*cells)

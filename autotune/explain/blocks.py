@@ -136,14 +136,10 @@ def gpu_blocked(e: Explanation, runs: Mapping[str, Sequence[ExplainRun]]) -> Gpu
         if read is None:
             shares[x.change] = None
             continue
-        delta, half = read
-
-        def share(d: float) -> float:
-            return 1 - math.exp(-d)
-
+        delta, half = read  # log(winner / without): the share is 1 - exp(-delta)
         shares[x.change] = Interval(
-            value=share(delta),
-            low=None if half is None else share(delta - half),
-            high=None if half is None else share(delta + half),
+            value=-math.expm1(-delta),
+            low=None if half is None else -math.expm1(half - delta),
+            high=None if half is None else -math.expm1(-delta - half),
         )
     return GpuBlocks(fit, shares)

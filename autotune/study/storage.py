@@ -243,7 +243,7 @@ def _check_sqlite_query(url: str) -> None:
     """An SQLite URL's query must be read by the driver: SQLAlchemy only warns of the rest
     and drops it, so ``?mode=ro`` would open the database read-write, which is not what the
     user asked for."""
-    if not url.startswith("sqlite:") or "?" not in url:
+    if url.partition("://")[0] not in ("sqlite", "sqlite+pysqlite") or "?" not in url:
         return
     query = urllib.parse.parse_qs(url.split("?", 1)[1], keep_blank_values=True)
     if query.get("uri", [""])[-1].strip().lower() in ("true", "1", "yes", "on"):

@@ -150,7 +150,7 @@ def test_the_h100_explanation_with_the_gpu_as_a_block_in_show_and_the_report(
     text = " ".join(shown.stdout.split())
     assert "with the GPU as a block (4 GPUs: GPU-15864ad5 +0.0%, GPU-d64d6eee +2.6%" in text
     assert "share, the GPU as a block" in text
-    assert "│ +22.2% │ +23.2% [+21.0%, +25.4%] │" in text
+    assert "│ +22.2% │ +23.2% (+21.0% to +25.4%) │" in text
     report = tmp_path / "r.html"
     made = subprocess.run(
         [sys.executable, "-m", "autotune", "report", *common, "--out", str(report)],

@@ -33,6 +33,8 @@ def test_an_argument_the_driver_drops_is_refused_and_nothing_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageError, match="does not read 'mode'"):
+        open_storage("sqlite+pysqlite:///new.db?mode=ro", create=True)
     with pytest.raises(StorageError) as err:
         open_storage("sqlite:///new.db?mode=ro&cache=shared", create=True)
     text = str(err.value)
