@@ -685,6 +685,61 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
     assert sum(len(rs) for rs in explained.values()) == 12
 
 
+def test_the_moe_fp8_lever_read_with_the_gpu_as_a_block_is_decided_in_2_more_restarts() -> None:
+    """With the GPU as a block the MoE winner's fp8 share is +8.7%, its interval across zero
+    (the revert ran beside one run of the winner on the explanation's GPU). Resumed on the
+    next H100 with `--repeats 3`, the planner measures the fp8 revert and the winner beside
+    each other there, 2 restarts; if that GPU reads the configurations as these runs do
+    (3% slower, 3.5% noise: the explanation's own), the block reading's lower bound clears
+    zero on every one of 6 noise seeds. `--repeats 2` measures nothing more."""
+    path = str(ROOT / "tests" / "explain")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    replay = importlib.import_module("explain_replay").replay
+    from autotune.explain import gpu_blocked, load_explanation, load_state
+    from autotune.results import best_estimate
+
+    definition = load_study_definition(ROOT / "studies" / "vllm-h100-moe.yaml")
+    space = load_space(ROOT / "studies" / definition.space)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(
+        study_name="vllm-h100-moe",
+        storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
+    )
+    estimate, e = best_estimate(study), load_explanation(study)
+    assert estimate is not None and e is not None
+    runs, state = load_runs(study), load_state(study)
+    now = gpu_blocked(e, runs)
+    assert now is not None and (fp8 := now.shares["quantization"]) is not None
+    assert fp8.low is not None and fp8.low < 0 < fp8.value
+    changes = ChangeSet(space, baseline=space.baseline_params(), winner=estimate.trial.config)
+    read = {k: sum(r.value or 0.0 for r in rs) / len(rs) for k, rs in runs.items()}
+
+    def truth(config: dict[str, object]) -> float:
+        return read[space.config_key(config)]
+
+    def planner(repeats: int) -> Planner:
+        settings = ExplainSettings(repeats=repeats, max_repeats=6, path=False, minimal=False)
+        return Planner(changes, settings, winner=23,
+                       prior_noise=(estimate.noise_sd, estimate.noise_df))  # fmt: skip
+
+    kwargs = {"runs": runs, "state": state, "machine": "GPU-ffffffff-0", "speed": 0.97,
+              "noise": 0.035}  # fmt: skip
+    assert replay(planner(2), truth, **kwargs).measured == []
+    lows = []
+    for seed in range(6):
+        next_gpu = replay(planner(3), truth, seed=seed, **kwargs)
+        assert [m.why for m in next_gpu.measured] == [
+            "the winner without quantization, run 3",
+            "the winner, run 5 (beside the lent runs: the occasions compared)",
+        ]
+        after = gpu_blocked(e, next_gpu.runs)
+        assert after is not None and (share := after.shares["quantization"]) is not None
+        assert share.low is not None
+        lows.append(share.low)
+    assert min(lows) > 0, lows
+
+
 H100_EXPLAIN = ROOT / "benchmarks" / "h100" / "vllm-h200-dense-explain-h100.db"
 
 
