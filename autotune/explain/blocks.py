@@ -100,13 +100,16 @@ class GpuBlocks:
     fit: BlockFit
     shares: dict[str, Interval | None]
     """Per change (:attr:`Effect.change`): ``1 - without / winner``, its 95% interval; None
-    where no shared GPU links the two."""
+    where it cannot be read (:attr:`unread` says why)."""
+    unread: dict[str, str]
+    """Per change not read: ``not measured`` (the winner without it has no run with a
+    value: it failed to start) or ``not linked by a shared GPU``."""
 
     def share_text(self, change: str) -> str:
-        """``+23.2% (+21.0% to +25.4%)``; why not, where no shared GPU links its sides."""
+        """``+23.2% (+21.0% to +25.4%)``, or why it cannot be read."""
         share = self.shares.get(change)
         if share is None:
-            return "not linked by a shared GPU"
+            return self.unread.get(change, "not measured")
         text = f"{100 * share.value:+.1f}%"
         if share.low is not None and share.high is not None:
             text += f" ({100 * share.low:+.1f}% to {100 * share.high:+.1f}%)"
@@ -130,11 +133,15 @@ def gpu_blocked(e: Explanation, runs: Mapping[str, Sequence[ExplainRun]]) -> Gpu
     if fit is None or winner is None or winner not in fit.keys:
         return None
     shares: dict[str, Interval | None] = {}
+    unread: dict[str, str] = {}
     for x in e.effects:
         without = x.without.key
         read = None if without not in fit.keys else fit.ratio(winner, str(without))
         if read is None:
             shares[x.change] = None
+            unread[x.change] = (
+                "not measured" if without not in fit.keys else "not linked by a shared GPU"
+            )
             continue
         delta, half = read  # log(winner / without): the share is 1 - exp(-delta)
         shares[x.change] = Interval(
@@ -142,4 +149,4 @@ def gpu_blocked(e: Explanation, runs: Mapping[str, Sequence[ExplainRun]]) -> Gpu
             low=None if half is None else -math.expm1(half - delta),
             high=None if half is None else -math.expm1(-delta - half),
         )
-    return GpuBlocks(fit, shares)
+    return GpuBlocks(fit, shares, unread)

@@ -100,7 +100,8 @@ def test_a_gpus_offset_is_taken_out_of_each_share() -> None:
 
 def test_a_change_whose_sides_share_no_gpu_is_not_read() -> None:
     """The revert ran only on GPU-y, the winner only on GPU-x, and nothing else links them
-    through GPU-y: the offset and the change cannot be told apart."""
+    through GPU-y: the offset and the change cannot be told apart. A revert that never ran
+    (a failed start) is said to be not measured."""
     runs = _runs(
         {
             "win": [(1000.0, "GPU-x"), (1005.0, "GPU-x")],
@@ -108,8 +109,10 @@ def test_a_change_whose_sides_share_no_gpu_is_not_read() -> None:
             "b": [(1000.0, "GPU-x"), (990.0, "GPU-x")],
         }
     )
-    blocks = gpu_blocked(_explanation("a", "b"), runs)
-    assert blocks is not None and blocks.shares["a"] is None
+    blocks = gpu_blocked(_explanation("a", "b", "c"), runs)  # c: its revert never ran
+    assert blocks is not None and blocks.shares["a"] is None and blocks.shares["c"] is None
+    assert blocks.share_text("a") == "not linked by a shared GPU"
+    assert blocks.share_text("c") == "not measured"
     b = blocks.shares["b"]
     assert b is not None and b.value == pytest.approx(
         1 - math.sqrt(1000 * 990) / math.sqrt(1000 * 1005), abs=1e-3
