@@ -518,28 +518,33 @@ def test_the_reader_on_the_h100_moe_side_by_side() -> None:
         "* the sweep's best (max_num_seqs=512, max_num_batched_tokens=16384): +6.7% (95% CI "
         "-9.8 to +23.3%); `vllm bench serve` on both sides, not side by side",
     ]
-    # Last, what `autotune explain` of the winner stored (2026-12-07, one H100): fp8 weights
-    # bought the gain, 95% interval above zero; prefix caching off is within the noise.
+    # Last, what `autotune explain` of the winner stored (2026-12-07, two H100s): fp8 weights
+    # bought the gain, 95% interval above zero, pooled and with the GPU as a block (the last
+    # column: the runs span three H100s, the check's and the explanation's two); prefix
+    # caching off is within the noise.
     explained = lines[lines.index("", start) + 1 :]
     assert explained[0].startswith(
-        "What the winner's changes bought (`autotune explain` of #23: 3 restarts + 9 borrowed): "
-        "the winner 9,484.7 (n=4), vLLM's defaults 8,159.9 (n=3); run-to-run noise 3.5%."
+        "What the winner's changes bought (`autotune explain` of #23: 5 restarts + 9 borrowed): "
+        "the winner 9,467.9 (n=5), vLLM's defaults 8,159.9 (n=3); run-to-run noise 3.5%."
     )
-    # the runs span two H100s (the check's and the explanation's), so a last column reads
-    # each change with the GPU as a block: the fp8 revert ran only on the explanation's GPU,
-    # beside one run of the winner, and there the interval includes zero
     assert explained[4:6] == [
-        "| quantization: default -> fp8 | 8,398.3 (n=2) | +1,086.4 (+465.3 to +1,707.6) | +11.5% "
-        "| +8.7% (-1.2% to +17.6%) |",
-        "| enable_prefix_caching: default -> off | 9,191.4 (n=3) | +293.3 (-288.4 to +874.9) "
-        "| +3.1% | +4.1% (-2.7% to +10.4%) |",
+        "| quantization: default -> fp8 | 8,257.9 (n=3) | +1,210.0 (+719.1 to +1,701.0) | +12.8% "
+        "| +11.5% (+4.4% to +18.1%) |",
+        "| enable_prefix_caching: default -> off | 9,191.4 (n=3) | +276.5 (-246.3 to +799.2) "
+        "| +2.9% | +4.1% (-2.7% to +10.4%) |",
     ]
     assert explained[7].startswith(
-        "* runs lent by study 'vllm-h100-moe-check' read +4.3% against this explanation's own "
-        "runs of the same 1 configuration(s) (95% interval -5.3..+14.9%): within the noise"
+        "* runs measured here on an earlier machine (GPU-659a7970) read +1.4% against this "
+        "machine's runs of the same 2 configuration(s) (95% interval -6.2..+9.7%): within the noise"
     )
-    assert explained[8].startswith("* with the GPU as a block (2 GPUs: GPU-659a7970 +0.0%, ")
-    assert explained[8].endswith("): run-to-run noise 3.6%, 7 df")
+    assert explained[8].startswith(
+        "* runs lent by study 'vllm-h100-moe-check' read +1.9% against this explanation's own "
+        "runs of the same 1 configuration(s) (95% interval -7.4..+12.3%): within the noise"
+    )
+    assert explained[9] == (
+        "* with the GPU as a block (3 GPUs: GPU-659a7970 +0.0%, GPU-b94e07e8 +2.1%, "
+        "GPU-d2b8e5fb -1.9%): run-to-run noise 3.6%, 8 df"
+    )
     study = optuna.load_study(
         study_name="vllm-h100-moe",
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
@@ -670,11 +675,16 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
     )  # fmt: skip
     assert [r.source for r in own.runs] == ["vllm-h100-moe#17"]
     assert own.runs[0].key == changes.revert_alone("quantization")[0].key
-    # What the H100 did (2026-12-07): the plan of an unchanged machine, 3 restarts; the nine
-    # borrowed runs stored beside them, none of the study's own
+    # What the first H100 did (2026-12-07): the plan of an unchanged machine, 3 restarts; the
+    # nine borrowed runs stored beside them, none of the study's own (a second H100 added 2
+    # with --repeats 3: the next test)
     explained = load_runs(study)
-    measured = {key: len([r for r in rs if r.source is None]) for key, rs in explained.items()}
-    assert {k: n for k, n in measured.items() if n} == {
+    measured: dict[str, int] = {}
+    for key, rs in explained.items():
+        for r in rs:
+            if r.source is None and r.machine == "GPU-659a7970-6012-7a78-d3dc-cb6a6afddaf0":
+                measured[key] = measured.get(key, 0) + 1
+    assert measured == {
         changes.revert_alone("quantization")[0].key: 2,
         space.config_key(winner.config): 1,
     }
@@ -682,16 +692,17 @@ def test_the_moe_plan_measures_the_fp8_revert_twice_and_the_winner_once_beside_t
         r.source.startswith("vllm-h100-moe-check#")
         for rs in explained.values() for r in rs if r.source is not None
     )  # fmt: skip
-    assert sum(len(rs) for rs in explained.values()) == 12
+    assert sum(len(rs) for rs in explained.values()) == 14
 
 
-def test_the_moe_fp8_lever_read_with_the_gpu_as_a_block_is_decided_in_2_more_restarts() -> None:
-    """With the GPU as a block the MoE winner's fp8 share is +8.7%, its interval across zero
-    (the revert ran beside one run of the winner on the explanation's GPU). Resumed on the
-    next H100 with `--repeats 3`, the planner measures the fp8 revert and the winner beside
-    each other there, 2 restarts; if that GPU reads the configurations as these runs do
-    (3% slower, 3.5% noise: the explanation's own), the block reading's lower bound clears
-    zero on every one of 6 noise seeds. `--repeats 2` measures nothing more."""
+def test_the_moe_fp8_lever_decided_with_the_gpu_as_a_block_in_the_2_restarts_planned() -> None:
+    """After the first H100 (GPU-659a7970) the MoE winner's fp8 share read with the GPU as a
+    block was +8.7%, its interval across zero: the revert ran beside one run of the winner.
+    Replayed from those runs, `--repeats 3` on the next H100 measures the fp8 revert and the
+    winner beside each other, 2 restarts, and on a GPU reading these runs as before (3%
+    slower, 3.5% noise) the lower bound clears zero on every one of 6 noise seeds;
+    `--repeats 2` measures nothing more. The second H100 (GPU-d2b8e5fb, 2026-12-07) measured
+    exactly those 2, and the share read +11.5% (+4.4..+18.1%)."""
     path = str(ROOT / "tests" / "explain")
     if path not in sys.path:
         sys.path.insert(0, path)
@@ -707,13 +718,21 @@ def test_the_moe_fp8_lever_read_with_the_gpu_as_a_block_is_decided_in_2_more_res
         storage=f"sqlite:///{ROOT / 'benchmarks' / 'h100' / 'vllm-h100-moe.db'}",
     )
     estimate, e = best_estimate(study), load_explanation(study)
-    assert estimate is not None and e is not None
-    runs, state = load_runs(study), load_state(study)
-    now = gpu_blocked(e, runs)
-    assert now is not None and (fp8 := now.shares["quantization"]) is not None
+    stored = load_state(study)
+    assert estimate is not None and e is not None and stored is not None and stored.runs == 5
+    runs = load_runs(study)
+    second = "GPU-d2b8e5fb-8985-8c04-5b8f-966dc767f2f4"
+    done = sorted(
+        (r for rs in runs.values() for r in rs if r.machine == second and r.source is None),
+        key=lambda r: r.measured_at or 0.0,
+    )
+    before = {k: [r for r in rs if r.machine != second] for k, rs in runs.items()}
+    before = {k: rs for k, rs in before.items() if rs}
+    then = gpu_blocked(e, before)
+    assert then is not None and (fp8 := then.shares["quantization"]) is not None
     assert fp8.low is not None and fp8.low < 0 < fp8.value
     changes = ChangeSet(space, baseline=space.baseline_params(), winner=estimate.trial.config)
-    read = {k: sum(r.value or 0.0 for r in rs) / len(rs) for k, rs in runs.items()}
+    read = {k: sum(r.value or 0.0 for r in rs) / len(rs) for k, rs in before.items()}
 
     def truth(config: dict[str, object]) -> float:
         return read[space.config_key(config)]
@@ -723,21 +742,26 @@ def test_the_moe_fp8_lever_read_with_the_gpu_as_a_block_is_decided_in_2_more_res
         return Planner(changes, settings, winner=23,
                        prior_noise=(estimate.noise_sd, estimate.noise_df))  # fmt: skip
 
-    kwargs = {"runs": runs, "state": state, "machine": "GPU-ffffffff-0", "speed": 0.97,
+    state = stored.model_copy(update={"runs": 3})
+    kwargs = {"runs": before, "state": state, "machine": second, "speed": 0.97,
               "noise": 0.035}  # fmt: skip
     assert replay(planner(2), truth, **kwargs).measured == []
     lows = []
     for seed in range(6):
-        next_gpu = replay(planner(3), truth, seed=seed, **kwargs)
-        assert [m.why for m in next_gpu.measured] == [
+        planned = replay(planner(3), truth, seed=seed, **kwargs)
+        assert [m.why for m in planned.measured] == [
             "the winner without quantization, run 3",
             "the winner, run 5 (beside the lent runs: the occasions compared)",
         ]
-        after = gpu_blocked(e, next_gpu.runs)
+        assert [m.key for m in planned.measured] == [r.key for r in done]
+        after = gpu_blocked(e, planned.runs)
         assert after is not None and (share := after.shares["quantization"]) is not None
         assert share.low is not None
         lows.append(share.low)
     assert min(lows) > 0, lows
+    now = gpu_blocked(e, runs)  # what the second H100's runs gave
+    assert now is not None and (fp8 := now.shares["quantization"]) is not None
+    assert now.share_text("quantization") == "+11.5% (+4.4% to +18.1%)"
 
 
 H100_EXPLAIN = ROOT / "benchmarks" / "h100" / "vllm-h200-dense-explain-h100.db"
