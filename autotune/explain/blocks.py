@@ -7,8 +7,9 @@ planner keeps the runs of GPUs that read within the noise of each other
 within the noise still moves a small change's contribution by as much (the dense 7B winner
 on four H100s up to 4.1% apart: its five small changes read -0.1..-2.2% pooled, -0.1..+1.2%
 with the GPU as a block), and an occasions check with a wide interval cannot rule out a
-drift the size of a large change (the MoE winner's fp8 weights: +11.5% pooled, +8.7% with
-its interval across zero when only the runs beside each other count).
+drift the size of a large change (the MoE winner's fp8 weights after one H100: +11.5%
+pooled, +8.7% with its interval across zero when only the runs beside each other count; the
+2 restarts on a second H100 that decided it, +11.5% (+4.4..+18.1%), were planned from that).
 
 The model: ``log(run) = configuration + GPU + noise``, fitted by least squares over every
 stored run of the explanation (its own and the borrowed), each configuration a level, each

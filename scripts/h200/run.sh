@@ -147,9 +147,10 @@
 #       EXPLAIN_ARGS="--repeats 2 --no-path --no-minimal --runs-from vllm-h100-moe-check \
 #         --runs-from-storage sqlite:///benchmarks/h100/vllm-h100-moe-check.db" \
 #       MODELS=h200-moe:/tmp/autotune-moe CALL_S=420 scripts/h200/run.sh kit models explain watch 600
-#     and its fp8 lever decided with the GPU as a block (BENCHMARKS.md, "The MoE winner
-#     explained on an H100"): the same with EXPLAIN_ARGS="--repeats 3 ..." on the next H100,
-#     2 restarts (the fp8 revert and the winner beside each other), then
+#     and its fp8 lever decided with the GPU as a block (done 2026-12-07, BENCHMARKS.md "The
+#     MoE winner explained on an H100"): the same with EXPLAIN_ARGS="--repeats 3 ..." on the
+#     next H100, 2 restarts (the fp8 revert and the winner beside each other; CALL_S=385
+#     COLLECT_S=40 fit it in 280 s with the kit and the model), then
 #     .venv/bin/python benchmarks/h200_side_by_side.py --study vllm-h100-moe --budget 16
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
