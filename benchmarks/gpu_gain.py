@@ -9,17 +9,14 @@ the GPUs as if the configuration had bought it. Three readings, each for what it
   one machine's);
 * :func:`on_one_gpu`: only the runs of the GPU that measured most of both;
 * :func:`gpu_adjusted`: every run, with the GPU as a block: ``log(run) = configuration +
-  GPU + noise``, the two-way additive model fitted by least squares. With two configurations
-  its estimate is the mean of the per-GPU differences (of log means) weighted by
-  ``n_a n_b / (n_a + n_b)``, each GPU's difference carrying ``sigma^2`` over that weight;
-  ``sigma`` is pooled from the residuals, ``n - k - 1`` degrees of freedom for ``k`` GPUs.
-  A GPU that measured one side only fixes nothing about the gain and adds only its runs'
-  scatter to ``sigma``.
+  GPU + noise``, the two-way additive model fitted by least squares
+  (:func:`autotune.explain.blocks.fit_blocks`, which ``autotune explain`` reads each change
+  of an explanation with). With two configurations its estimate is the mean of the per-GPU
+  differences (of log means) weighted by ``n_a n_b / (n_a + n_b)``; ``sigma`` is pooled from
+  the residuals, ``n - k - 1`` degrees of freedom for ``k`` GPUs. A GPU that measured one
+  side only fixes nothing about the gain and adds only its runs' scatter to ``sigma``.
 
 The readers (``benchmarks/h200_side_by_side.py``) print all three where the runs span GPUs.
-:func:`autotune.explain.blocks.fit_blocks` fits the same model to any number of
-configurations: ``autotune explain`` and the explanation's table
-(``benchmarks/explanation_table.py``) read each change with the GPU as a block with it.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from autotune.explain.blocks import fit_blocks
 from autotune.results import t_quantile
 
 Gpus = Sequence[str | None]
@@ -82,31 +80,18 @@ def gpu_adjusted(
     """The gain of ``values`` over ``reference`` with the GPU as a block (module doc), as
     ``+28.4% (95% CI ... ; 6 runs on 2 GPUs, 3 df)``; None where no GPU measured both sides,
     a run has no GPU or a value is not positive."""
-    if None in gpus or None in ref_gpus or min([*values, *reference], default=0.0) <= 0:
+    if None in gpus or None in ref_gpus:
         return None
-    cells: dict[tuple[str, int], list[float]] = {}
-    for side, vs, gs in ((0, values, gpus), (1, reference, ref_gpus)):
-        for v, g in zip(vs, gs, strict=True):
-            cells.setdefault((str(g), side), []).append(math.log(v))
-    blocks = sorted({g for g, _ in cells})
-    diffs: list[tuple[float, float]] = []  # (difference of log means, weight)
-    for g in blocks:
-        if (g, 0) in cells and (g, 1) in cells:
-            a, b = cells[(g, 0)], cells[(g, 1)]
-            diffs.append(
-                (statistics.fmean(a) - statistics.fmean(b), len(a) * len(b) / (len(a) + len(b)))
-            )
-    if not diffs:
+    fit = fit_blocks(
+        [("a", g, v) for v, g in zip(values, gpus, strict=True)]
+        + [("b", g, v) for v, g in zip(reference, ref_gpus, strict=True)]
+    )
+    read = None if fit is None or {"a", "b"} - set(fit.keys) else fit.ratio("a", "b")
+    if fit is None or read is None:
         return None
-    total = sum(w for _, w in diffs)
-    delta = sum(d * w for d, w in diffs) / total
-    n = len(values) + len(reference)
-    df = n - len(blocks) - 1
+    delta, half = read
     text = _pct(delta) + "%"
-    where = f"{n} runs on {len(blocks)} GPUs"
-    if df < 1:
+    where = f"{len(values) + len(reference)} runs on {len(fit.gpus)} GPUs"
+    if half is None:
         return f"{text} ({where}, no degrees of freedom left for an interval)"
-    ss = sum((x - statistics.fmean(xs)) ** 2 for xs in cells.values() for x in xs)
-    ss += sum(w * (d - delta) ** 2 for d, w in diffs)
-    half = t_quantile(0.95, df) * math.sqrt(ss / df / total)
-    return f"{text} (95% CI {_pct(delta - half)} to {_pct(delta + half)}%; {where}, {df} df)"
+    return f"{text} (95% CI {_pct(delta - half)} to {_pct(delta + half)}%; {where}, {fit.df} df)"

@@ -31,6 +31,7 @@ import numpy as np
 
 from autotune.explain.record import ExplainRun, Explanation, Interval
 from autotune.results import t_quantile
+from autotune.telemetry import short_machine
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,12 @@ class BlockFit:
 
 
 def fit_blocks(runs: Sequence[tuple[str, str | None, float]]) -> BlockFit | None:
-    """The two-way fit of ``(configuration key, GPU, value)`` runs; None where a run has no
-    GPU or no positive value, or all ran on one GPU (nothing to take out)."""
+    """The two-way fit of ``(configuration key, GPU, value)`` runs (on one GPU, the plain
+    one-way fit); None where a run has no GPU or no positive value."""
     if not runs or any(g is None or v <= 0 for _, g, v in runs):
         return None
     keys = sorted({k for k, _, _ in runs})
     gpus = sorted({str(g) for _, g, _ in runs})
-    if len(gpus) < 2:
-        return None
     x = np.zeros((len(runs), len(keys) + len(gpus) - 1))
     y = np.array([math.log(v) for _, _, v in runs])
     for i, (k, g, _) in enumerate(runs):
@@ -117,7 +116,9 @@ class GpuBlocks:
         return text
 
     def describe(self) -> str:
-        offsets = ", ".join(f"{g[:12]} {100 * o:+.1f}%" for g, o in self.fit.gpu_offsets().items())
+        offsets = ", ".join(
+            f"{short_machine(g)} {100 * o:+.1f}%" for g, o in self.fit.gpu_offsets().items()
+        )
         return (
             f"with the GPU as a block ({len(self.fit.gpus)} GPUs: {offsets}): run-to-run noise "
             f"{100 * self.fit.sigma:.1f}%, {self.fit.df} df"
@@ -131,8 +132,8 @@ def gpu_blocked(e: Explanation, runs: Mapping[str, Sequence[ExplainRun]]) -> Gpu
         [(key, r.machine, r.value) for key, rs in runs.items() for r in rs if r.value is not None]
     )
     winner = e.winner_measured.key
-    if fit is None or winner is None or winner not in fit.keys:
-        return None
+    if fit is None or len(fit.gpus) < 2 or winner is None or winner not in fit.keys:
+        return None  # on one GPU there is nothing to take out
     shares: dict[str, Interval | None] = {}
     unread: dict[str, str] = {}
     for x in e.effects:

@@ -112,9 +112,6 @@ def test_the_fit_of_many_configurations_reads_two_as_the_closed_form(seed: int) 
     a, ga, b, gb, gpus = _draw(seed)
     runs = [("a", g, v) for v, g in zip(a, ga, strict=True)]
     runs += [("b", g, v) for v, g in zip(b, gb, strict=True)]
-    if len(set(ga) | set(gb)) < 2:
-        assert fit_blocks(runs) is None  # one GPU: nothing to take out
-        return
     fit = fit_blocks(runs)
     assert fit is not None
     read = fit.ratio("a", "b")
@@ -145,4 +142,9 @@ def test_configurations_no_shared_gpu_links_are_not_compared() -> None:
         math.sqrt(10.0 * 11.0) / 8.0 / (math.sqrt(5.0 * 6.0) / 4.0)
     )
     assert fit_blocks([("a", None, 1.0), ("b", "x", 1.0)]) is None
-    assert fit_blocks([("a", "x", 1.0), ("b", "x", 2.0)]) is None
+    one = fit_blocks([("a", "x", 1.0), ("a", "x", 1.2), ("b", "x", 2.0), ("b", "x", 2.2)])
+    assert one is not None and one.gpus == ["x"] and one.df == 2  # the plain one-way fit
+    read = one.ratio("a", "b")
+    assert read is not None and math.exp(read[0]) == pytest.approx(
+        math.sqrt(1.0 * 1.2) / math.sqrt(2.0 * 2.2)
+    )
