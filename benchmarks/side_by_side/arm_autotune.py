@@ -84,6 +84,13 @@ def _complete(counts: dict[str, Any]) -> int:
 
 ROUNDS = 20
 """At most this many ``autotune run`` calls to reach the launches the budget asks for."""
+BARREN = 24
+"""Proposals in a row that launched nothing (duplicates reused, configurations the space
+forbids) after which the search stops: a small grid visited, or a sampler redrawing what it
+drew. Not fewer: a random draw over the dense H200 space is forbidden or a duplicate about
+one time in three, and on 2026-12-07 a round of 2 proposals, both forbidden, stopped the
+random arm 2 launches short (P = 0.4^2, one round in six); 24 in a row happen by chance about
+once in 3.5 billion rounds at that rate, and cost nothing but the sampler's time."""
 
 
 def launch_rounds(
@@ -93,15 +100,18 @@ def launch_rounds(
     run: Callable[[int], None],
     recount: Callable[[], dict[str, Any]],
     rounds: int = ROUNDS,
+    barren: int = BARREN,
 ) -> dict[str, Any]:
     """Call ``run(target)`` (``autotune run --trials target``) until ``want_trials`` trials
     launched a server; the counts (:func:`autotune_counts`) after the last call.
 
     ``--trials`` counts COMPLETE trials, forbidden and reused ones too, which launch nothing:
-    each round asks for the launches still missing on top of the study's trials. A round that
-    launched nothing ends the search (every proposal a duplicate or forbidden: a small grid
-    visited, or a sampler redrawing what it drew; before per-trial seeding a seeded sampler
-    rebuilt by each ``autotune run`` did that, 19 rounds in a row on the H200)."""
+    each round asks for the launches still missing on top of the study's trials. ``barren``
+    proposals in a row that launched nothing end the search (every proposal a duplicate or
+    forbidden: a small grid visited, or a sampler redrawing what it drew; before per-trial
+    seeding a seeded sampler rebuilt by each ``autotune run`` did that, 19 rounds in a row on
+    the H200). A round that launched something starts the count again."""
+    in_a_row = 0
     for _ in range(rounds):
         # A RUNNING trial (snapshot taken while it ran) is launched: the next run completes
         # it from the journal or records it as interrupted (FAIL); either way it counts.
@@ -113,9 +123,14 @@ def launch_rounds(
             print(f"  {counts['launched']} of {want_trials} trials launched: {short} more")
         run(_complete(counts) + short)
         counts = recount()
-        if counts["launched"] + counts.get("running", 0) == launched:
-            print(f"  a round of {short} proposals launched nothing: stopping the search")
+        if counts["launched"] + counts.get("running", 0) > launched:
+            in_a_row = 0
+            continue
+        in_a_row += short
+        if in_a_row >= barren:
+            print(f"  {in_a_row} proposals in a row launched nothing: stopping the search")
             break
+        print(f"  a round of {short} proposals launched nothing ({in_a_row} in a row)")
     return counts
 
 

@@ -258,18 +258,28 @@ class _Study:
 
 def test_rounds_ask_for_the_missing_launches_on_top_of_the_studys_trials() -> None:
     study = _Study(launched=3, complete=6, new=[4, 5])  # 2 of the first 6 were duplicates
-    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts)
-    # 15 missing on top of 6 trials, then 11 on top of 21; the third round's 6 proposals
-    # launched nothing: the search stops there, 6 short
-    assert study.targets == [21, 32, 38] and counts["launched"] == 12
+    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts, barren=12)
+    # 15 missing on top of 6 trials, then 11 on top of 21; the next rounds' 6 proposals each
+    # launched nothing: the search stops when 12 in a row did, 6 short
+    assert study.targets == [21, 32, 38, 44] and counts["launched"] == 12
 
 
-def test_a_round_that_launches_nothing_ends_the_search() -> None:
+def test_proposals_that_launch_nothing_many_in_a_row_end_the_search() -> None:
     """What the H200's random arm did before per-trial seeding: the same six proposals,
-    nothing launched, 19 rounds in a row. Now one such round ends it."""
-    study = _Study(launched=12, complete=20, new=[0, 6])
+    nothing launched, 19 rounds in a row. Now 24 such proposals in a row end it."""
+    study = _Study(launched=12, complete=20, new=[])
     counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts)
-    assert study.targets == [26] and counts["launched"] == 12
+    assert study.targets == [26, 32, 38, 44] and counts["launched"] == 12
+
+
+def test_a_barren_round_of_a_few_forbidden_draws_does_not_end_the_search() -> None:
+    """2026-12-07 on the H100: 16 of 18 launched, then a round of 2 proposals, both forbidden
+    (a random draw over the dense space is one about one time in three), stopped the arm 2
+    launches short. A later round that launches starts the count again."""
+    study = _Study(launched=16, complete=140, new=[0, 0, 1, 0, 1])
+    counts = launch_rounds(18, study.counts(), run=study.run, recount=study.counts, barren=5)
+    # 2 barren, 2 barren (4 in a row), 1 launched (count reset), 1 barren, then the last one
+    assert study.targets == [142, 144, 146, 147, 148] and counts["launched"] == 18
 
 
 def test_rounds_stop_once_the_launches_are_there() -> None:
