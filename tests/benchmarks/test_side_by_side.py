@@ -221,19 +221,22 @@ def test_restarts_of_the_stored_h200_dense_study(quiet: None) -> None:
 
 
 def test_restarts_of_the_random_arm_snapshot(quiet: None) -> None:
-    """Snapshot of 2026-12-05: trial #6 was cut when a machine went back (counted: it
+    """Snapshot of 2026-12-07: trial #6 was cut when a machine went back (counted: it
     launched); #21-#134 are the same six proposals drawn again and again by the sampler
     rebuilt from its seed at every `autotune run` (fixed since: autotune/study/_trial_seed.py),
-    duplicates reused and forbidden proposals that launched nothing."""
+    duplicates reused and forbidden proposals that launched nothing; #135-#145, drawn with
+    per-trial seeds on two H100s, launched 6 new configurations (5 forbidden draws between them)."""
     db = H200_DB / "vllm-h200-dense-random.db"
     counts = autotune_counts(f"sqlite:///{db}", "vllm-h200-dense-random")
-    assert (counts["launched"], counts["running"]) == (12, 0)
-    assert (counts["reused"], counts["forbidden"]) == (60, 63)
+    assert (counts["launched"], counts["running"]) == (18, 0)
+    assert (counts["reused"], counts["forbidden"]) == (60, 68)
     assert {(m["of"], m["repeat"]) for m in counts["remeasurements"]} == {(0, 1), (19, 1)}
     rows = {r["number"]: r for r in counts["trials"]}
     assert rows[6]["launched"] and rows[6]["failure"] == "interrupted"
     assert rows[23]["reused_from"] == rows[10]["reused_from"] == 3
-    assert [n for n, r in rows.items() if r["launched"]] == [0, 3, 4, 6, 7, *range(14, 21)]
+    launched = [n for n, r in rows.items() if r["launched"]]
+    assert launched == [0, 3, 4, 6, 7, *range(14, 21), 135, 136, 138, 139, 144, 145]
+    assert all(rows[n]["failure"] == "forbidden" for n in (137, 140, 141, 142, 143))
 
 
 class _Study:
