@@ -74,10 +74,11 @@
 #   $OUT/vllm-h200-dense-side-by-side.tar.gz -> benchmarks/h200/ (restored into $SIDE_DIR
 #       by sweep/agreement when $SIDE_DIR is missing: SIDE_FROM, that path by default)
 # and `.venv/bin/python benchmarks/h200_side_by_side.py` prints BENCHMARKS.md's table from them.
-#   random search to 20 restarts (the TPE study's: 18 launched trials + 2 re-measurements):
+#   random search to 20 restarts (the TPE study's: 18 launched trials + 2 re-measurements;
+#   done 2026-12-07, its last 6 launches on two H100s with CARD=any when no H200 came):
 #     carry [".kit/vllm-0.26.0/kit.json", ".kit/vllm-0.26.0/part-03"]:
 #     STUDY=vllm-h200-dense-random FROM_DB=benchmarks/h200/vllm-h200-dense-random.db \
-#       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models budget watch 420
+#       MODELS=h200-7b:/tmp/autotune-model-7b RESTARTS=20 scripts/h200/run.sh kit models budget watch 600
 #     STUDY=vllm-h200-dense-random scripts/h200/run.sh watch 540        (next calls)
 #   the sweep (20 combinations x 3 runs, ~3-4 min each: 3-4 sessions):
 #     MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models sweep watch 420
