@@ -8,7 +8,8 @@ missing), over GPUs the test describes. Every device query is logged with its
 
 Two ways in: :func:`install` puts a fresh copy in ``sys.modules['pynvml']`` for a test in
 this process; a process the tests start imports this file as ``pynvml`` from a directory
-on its ``PYTHONPATH`` (:func:`module_dir`), configured by ``FAKE_NVML_*`` variables.
+on its ``PYTHONPATH`` (:func:`module_dir`), configured by ``FAKE_NVML_*`` variables
+(``FAKE_NVML_NAME``: the GPUs' name, "NVIDIA H200" by default).
 
 Energy: each GPU's counter grows by its power draw times the time since the fake was
 configured, so a window's counter difference is exactly power x duration.
@@ -21,6 +22,7 @@ import shutil
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -74,10 +76,12 @@ class FakeGpu:
     """Functions (by name) that raise NVMLError_NotSupported on this GPU."""
     failing: set[str] = field(default_factory=set)
     """Functions that raise another NVMLError (Unknown Error)."""
+    machine: str = "fake"
+    """Part of the UUID: GPUs of another (fake) machine have other UUIDs."""
 
     @property
     def uuid(self) -> str:
-        return f"GPU-fake-{self.index:04d}"
+        return f"GPU-{self.machine}-{self.index:04d}"
 
 
 _lock = threading.Lock()
@@ -104,8 +108,14 @@ def _from_environment() -> None:
     power = float(os.environ.get("FAKE_NVML_POWER_W", "500"))
     energy = os.environ.get("FAKE_NVML_NO_ENERGY") != "1"
     fail = os.environ.get("FAKE_NVML_FAIL_INIT")
+    # FAKE_NVML_NAME: another kind of card (and another machine: its own UUIDs)
+    name = os.environ.get("FAKE_NVML_NAME", "NVIDIA H200")
+    machine = "fake" if name == "NVIDIA H200" else f"fake{zlib.crc32(name.encode()) % 10_000:04d}"
     configure(
-        [FakeGpu(i, power_w=power, energy=energy) for i in range(count)],
+        [
+            FakeGpu(i, name=name, power_w=power, energy=energy, machine=machine)
+            for i in range(count)
+        ],
         fail_init=int(fail) if fail else None,
     )
 

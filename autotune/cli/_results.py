@@ -76,7 +76,7 @@ def best(
     smallest set of its changes measured within the tolerance of it."""
     from autotune.export import export as do_export
     from autotune.export import redact_trial
-    from autotune.results import baseline_trial, best_estimate
+    from autotune.results import baseline_trial, best_estimate, study_cards
 
     check_study(study)
     if export is not None and export not in EXPORT_FORMATS:
@@ -106,7 +106,7 @@ def best(
         gain = None
         if base is not None and base.feasible and base.throughput:
             gain = estimate.mean / base.throughput
-        _print_best(redact_trial(winner), base, gain, estimate)
+        _print_best(redact_trial(winner), base, gain, estimate, cards=study_cards(opened))
         return
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")
@@ -192,8 +192,10 @@ def _minimal(opened: Any, winner: Any, *, show: bool, base: Any) -> Any:
     return trial
 
 
-def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> None:
-    from autotune.results import format_estimate, machines_of, objective_label
+def _print_best(
+    winner: Any, base: Any, gain: float | None, estimate: Any, *, cards: dict[str, int]
+) -> None:
+    from autotune.results import cards_text, format_estimate, machines_of, objective_label
     from autotune.telemetry import short_machine
 
     m = winner.metrics or {}
@@ -240,6 +242,9 @@ def _print_best(winner: Any, base: Any, gain: float | None, estimate: Any) -> No
                 "difference between them"
             ),
         )
+    across = cards_text(cards, [x.card for x in estimate.measurements])
+    if across is not None:
+        table.add_row("the study's GPUs", Text(across))
     if base is not None and base.metrics:
         table.add_row(
             f"baseline (trial #{base.number})",

@@ -10,7 +10,13 @@ from collections import Counter
 from autotune.report._common import _e, _kv_table, _note, _num, _ratio, _section_open, _table
 from autotune.report._data import ReportData
 from autotune.report.telemetry import summary_rows
-from autotune.results import TrialResult, format_estimate, gain_over_baseline
+from autotune.results import (
+    TrialResult,
+    cards_of,
+    cards_text,
+    format_estimate,
+    gain_over_baseline,
+)
 
 
 def section(data: ReportData) -> str:
@@ -34,6 +40,11 @@ def section(data: ReportData) -> str:
     if winner is not None:
         rows.append(("winner (all its measurements)", format_estimate(winner, objective.unit)))
     rows += summary_rows(best)
+    # a study resumed on another kind of card (autotune/study/cards.py): its ranking mixes them
+    cards = cards_of([m for e in data.estimates for m in e.measurements])
+    across = cards_text(cards, [m.card for m in winner.measurements] if winner else [])
+    if across is not None:
+        rows.append(("GPU kinds", across))
     cheapest = data.plan.cheapest if data.plan is not None else None
     if data.plan is not None and cheapest is not None:
         s = data.plan.settings

@@ -41,10 +41,13 @@ from autotune.results._estimates import (
     ConfigEstimate,
     Measurement,
     bracket_width,
+    cards_of,
+    cards_text,
     config_estimates,
     load_remeasurements,
     machines_of,
     remeasure_key,
+    study_cards,
 )
 from autotune.results._labels import OBJECTIVE_LABELS, format_estimate, objective_label
 from autotune.results._noise import conservative, half_width, noise_level, t975, t_quantile
@@ -87,6 +90,8 @@ __all__ = [
     "best_estimate",
     "best_trial",
     "bracket_width",
+    "cards_of",
+    "cards_text",
     "carried",
     "config_estimates",
     "conservative",
@@ -107,6 +112,7 @@ __all__ = [
     "ranked_estimates",
     "remeasure_candidates",
     "remeasure_key",
+    "study_cards",
     "t975",
     "t_quantile",
     "winner_candidates",

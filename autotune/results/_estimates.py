@@ -59,6 +59,9 @@ class Measurement(BaseModel):
     machine: str | None = None
     """The GPUs it ran on (:attr:`autotune.telemetry.Telemetry.machine`); None where no
     GPU telemetry was recorded."""
+    card: str | None = None
+    """Their kind (:attr:`autotune.telemetry.Telemetry.card`: "NVIDIA H200"); None where no
+    GPU telemetry was recorded."""
 
     @property
     def full(self) -> bool:
@@ -110,6 +113,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     resolution=bracket_width(raw.get("capacity")),
                     startup=raw.get("startup") or {},
                     machine=_machine(raw.get("telemetry")),
+                    card=_card(raw.get("telemetry")),
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
@@ -128,9 +132,38 @@ def machines_of(measurements: Sequence[Measurement]) -> dict[str | None, int]:
     return out
 
 
+def cards_of(measurements: Sequence[Measurement]) -> dict[str, int]:
+    """How many of ``measurements`` ran on each kind of GPU (:attr:`Measurement.card`), most
+    first; those without GPU telemetry are left out."""
+    out: dict[str, int] = {}
+    for m in measurements:
+        if m.card is not None:
+            out[m.card] = out.get(m.card, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def cards_text(cards: Mapping[str, int], winner: Sequence[str | None]) -> str | None:
+    """What ``best`` and the report say when a study's runs span several kinds of GPU (a
+    study resumed on whatever card a lease gave: :mod:`autotune.study.cards`): which, how
+    many runs each, and the winner's; None for one kind or none recorded."""
+    if len(cards) < 2:
+        return None
+    counts = ", ".join(f"{card}: {n}" for card, n in cards.items())
+    own = sorted({c for c in winner if c is not None})
+    return (
+        f"{len(cards)} kinds of GPU ({counts} runs): the ranking compares runs across them; "
+        f"the winner's ran on {', '.join(own) or 'no recorded GPU'}"
+    )
+
+
 def _machine(raw: Any) -> str | None:
     """The GPUs of a stored re-measurement's ``telemetry`` (None: none recorded)."""
     return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw).machine
+
+
+def _card(raw: Any) -> str | None:
+    """The kind of GPU of a stored re-measurement's ``telemetry`` (None: none recorded)."""
+    return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw).card
 
 
 def _optional_int(value: Any) -> int | None:
@@ -189,6 +222,7 @@ def _own_measurement(r: TrialResult) -> Measurement:
         phase_seconds=r.phase_seconds,
         resolution=bracket_width(r.capacity),
         machine=None if r.telemetry is None else r.telemetry.machine,
+        card=None if r.telemetry is None else r.telemetry.card,
     )
 
 
@@ -237,3 +271,9 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
             )
         )
     return out
+
+
+def study_cards(study: optuna.Study) -> dict[str, int]:
+    """The kinds of GPU the study's runs (trials and re-measurements) recorded, with their
+    counts (:func:`cards_of`)."""
+    return cards_of([m for e in config_estimates(study) for m in e.measurements])

@@ -27,6 +27,7 @@ from autotune.failures import Failure
 from autotune.results import feasible, objective_label, own_trials
 from autotune.study._optuna_compat import storage_of, trial_id_of
 from autotune.study.abort import AbortPolicy
+from autotune.study.cards import CardWatch
 from autotune.study.claims import ClaimedElsewhere, claim_config
 from autotune.study.context import StudyContext, close_phases
 from autotune.study.environment import check_environment as compare_environment
@@ -65,8 +66,16 @@ class TrialStep:
         differed)."""
         self._incumbent: tuple[float, int] | None = None
         """(throughput, trial) of the best feasible, fully measured trial: kept in memory."""
+        self._cards = CardWatch()
+        """The kinds of GPU the study's runs came from (:meth:`read_cards`)."""
+
+    def read_cards(self) -> None:
+        """Read the kinds of GPU of the study's stored runs, before a session's first run
+        (a run is reported after it is stored, so it is observed on its own)."""
+        self._cards = CardWatch.from_study(self.ctx.study)
 
     def index_known(self) -> None:
+        self.read_cards()
         for trial in own_trials(self.ctx.study, states=(TrialState.COMPLETE,)):
             config = trial.user_attrs.get("config")
             if config is not None and trial.user_attrs.get("failure") != Failure.interrupted:
@@ -216,6 +225,10 @@ class TrialStep:
     def report(self, number: int, outcome: TrialOutcome, elapsed: float) -> None:
         best = self._incumbent
         record = outcome.record
+        if record.telemetry is not None and record.reused_from is None:
+            warning = self._cards.observe(record.telemetry.card, run=f"the run of #{number}")
+            if warning is not None:
+                self.ctx.progress.message(warning)
         reason = record.reason
         if record.aborted:
             reason = f"aborted: {record.aborted}"

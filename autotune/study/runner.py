@@ -360,9 +360,12 @@ class Tuner:
         """Explain the study's winner (``autotune explain``): resumes a stopped explanation;
         ``sources``: studies whose fresh-start measurements it borrows first."""
         self.explainer.measured = 0
-        result, summary = self._session(
-            lambda: self.explainer.run(settings, sources), started=time.monotonic()
-        )
+
+        def work() -> Explanation | None:
+            self.trial_step.read_cards()
+            return self.explainer.run(settings, sources)
+
+        result, summary = self._session(work, started=time.monotonic())
         summary.in_remeasure = summary.interrupted
         return result, summary
 

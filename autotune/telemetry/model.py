@@ -117,6 +117,23 @@ class Telemetry(BaseModel):
         uuids = sorted(g.uuid for g in self.gpus if g.uuid)
         return ",".join(uuids) if uuids else None
 
+    @property
+    def card(self) -> str | None:
+        """The kind of GPU measured, by NVML's name ("NVIDIA H200"; "2x NVIDIA H100 80GB
+        HBM3" for several of one kind; the kinds comma-joined when mixed): a study resumed
+        on lent hardware may have run on more than one kind, which ``best`` and
+        ``autotune run`` say. None without telemetry or without names."""
+        if not self.available:
+            return None
+        names = [g.name for g in self.gpus if g.name]
+        if not names:
+            return None
+        kinds = []
+        for name in sorted(set(names)):
+            count = names.count(name)
+            kinds.append(f"{count}x {name}" if count > 1 else name)
+        return ", ".join(kinds)
+
     def with_tokens(self, output_tokens: int) -> Telemetry:
         """This telemetry with the phase's output tokens and J/token (``None`` without
         energy or tokens)."""

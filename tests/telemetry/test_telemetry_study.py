@@ -130,3 +130,42 @@ NONE: dict[str, object] = {
     "energy_per_token_j": None,
 }
 """What a ``none`` record holds beside its reason and the phase's tokens (no J/token)."""
+
+
+def test_a_study_resumed_on_another_kind_of_gpu_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28's random arm, on the twin: begun on H200s, resumed where only H100s were lent.
+    The resumed run says, once, that its ranking now compares kinds of GPU, and ``best``
+    counts the runs of each."""
+    pytest.importorskip("sglang_router")
+    monkeypatch.setenv("PYTHONPATH", str(module_dir(tmp_path)))
+    monkeypatch.setenv("FAKE_NVML_GPUS", "8")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # three fast configurations enqueued: the first run measures the baseline and the first,
+    # the resumed run the other two (never a forbidden draw, which would launch nothing)
+    fast = [FAST_CONFIG, {**FAST_CONFIG, "mem_fraction_static": 0.85}]
+    fast.append({**FAST_CONFIG, "max_running_requests": 64})
+    enqueue = "".join(
+        "  - {" + ", ".join(f"{k}: {v}" for k, v in config.items()) + "}\n" for config in fast
+    )
+    study_file = _study_file(tmp_path, "cards", "remeasure: {budget: 0}\nenqueue:\n" + enqueue)
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    common = ["--study", "cards", "--storage", url, "--study-file", str(study_file)]
+    first = autotune_cli("run", "--trials", "2", *common, cwd=tmp_path, timeout=400)
+    assert "kinds of GPU" not in first.stdout + first.stderr  # one kind so far
+    h100 = "NVIDIA H100 80GB HBM3"
+    monkeypatch.setenv("FAKE_NVML_NAME", h100)
+    resumed = autotune_cli("run", "--trials", "4", *common, cwd=tmp_path, timeout=400)
+    said = resumed.stdout + resumed.stderr
+    warning = (
+        f"ran on 8x {h100}; the study's earlier runs on 8x NVIDIA H200 (2): its ranking now "
+        "compares kinds of GPU as well as configurations"
+    )
+    assert said.count(warning) == 1, said  # the first H100 run only, not the second
+    study = load("cards", tmp_path / "k.db")
+    cards = [t.user_attrs["telemetry"]["gpus"][0]["name"] for t in study.trials]
+    assert cards == ["NVIDIA H200"] * 2 + [h100] * 2, [t.user_attrs["config"] for t in study.trials]
+    best = autotune_cli("best", "--study", "cards", "--storage", url, cwd=tmp_path)
+    text = " ".join(best.stdout.replace("│", " ").split())
+    assert f"2 kinds of GPU (8x NVIDIA H200: 2, 8x {h100}: 2 runs)" in text, text
