@@ -38,7 +38,6 @@ import statistics
 import sys
 import tarfile
 import tempfile
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from autotune.results import ConfigEstimate, best_estimate, config_estimates  # noqa: E402
+from autotune.results import ConfigEstimate, best_estimate, config_estimates, study_cards  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
 from autotune.telemetry import short_machine  # noqa: E402
@@ -176,25 +175,6 @@ def restarts_of(storage: Path, name: str) -> tuple[int, dict[str, Any]]:
     return counts["launched"] + len(counts["remeasurements"]), counts
 
 
-def cards_of(study: optuna.Study, counts: Mapping[str, Any]) -> Counter[str]:
-    """The GPU model (NVML's name, ``NVIDIA `` dropped) of each launched trial and each
-    re-measurement that recorded telemetry: a study resumed over device sessions may have
-    run on more than one kind of card (the dense random arm: its last 6 launches on H100s
-    when no H200 came)."""
-    names: Counter[str] = Counter()
-    launched = [r["number"] for r in counts["trials"] if r["launched"]]
-    telemetry = [study.trials[n].user_attrs.get("telemetry") for n in launched]
-    telemetry += [
-        study.user_attrs.get(f"remeasure:{m['of']}:{m['repeat']}", {}).get("telemetry")
-        for m in counts["remeasurements"]
-    ]
-    for t in telemetry:
-        gpus = (t or {}).get("gpus") or []
-        if gpus and gpus[0].get("name"):
-            names[str(gpus[0]["name"]).removeprefix("NVIDIA ")] += 1
-    return names
-
-
 def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[float]]:
     """A tuning arm's row; also the baseline's measurements (vLLM's defaults in that study)."""
     study = load_study(db, name)
@@ -207,9 +187,10 @@ def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[
     if restarts < budget or counts["running"]:
         running = ", 1 running at the snapshot" if counts["running"] else ""
         spent += f"; in progress: {restarts} of {budget}{running}"
-    cards = cards_of(study, counts)
+    cards = study_cards(study)  # a study resumed on whatever card a lease gave
     if len(cards) > 1:
-        spent += "; on " + ", ".join(f"{card} ({n})" for card, n in cards.most_common())
+        kinds = (f"{card.removeprefix('NVIDIA ')} ({n})" for card, n in cards.items())
+        spent += "; on " + ", ".join(kinds)
     estimates = config_estimates(study)
     base = next((e for e in estimates if e.trial.is_baseline), None)
     est = best_estimate(study)

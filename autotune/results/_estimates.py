@@ -98,6 +98,7 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
         if not key.startswith(REMEASURE_PREFIX) or not isinstance(raw, Mapping):
             continue
         try:
+            telemetry = _telemetry(raw.get("telemetry"))
             out.append(
                 Measurement(
                     of=int(raw["of"]),
@@ -112,8 +113,8 @@ def load_remeasurements(study: optuna.Study) -> list[Measurement]:
                     target=_optional_int(raw.get("target")),
                     resolution=bracket_width(raw.get("capacity")),
                     startup=raw.get("startup") or {},
-                    machine=_machine(raw.get("telemetry")),
-                    card=_card(raw.get("telemetry")),
+                    machine=None if telemetry is None else telemetry.machine,
+                    card=None if telemetry is None else telemetry.card,
                 )
             )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
@@ -156,14 +157,9 @@ def cards_text(cards: Mapping[str, int], winner: Sequence[str | None]) -> str | 
     )
 
 
-def _machine(raw: Any) -> str | None:
-    """The GPUs of a stored re-measurement's ``telemetry`` (None: none recorded)."""
-    return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw).machine
-
-
-def _card(raw: Any) -> str | None:
-    """The kind of GPU of a stored re-measurement's ``telemetry`` (None: none recorded)."""
-    return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw).card
+def _telemetry(raw: Any) -> Telemetry | None:
+    """A stored re-measurement's ``telemetry`` (None: none recorded)."""
+    return None if not isinstance(raw, Mapping) else Telemetry.model_validate(raw)
 
 
 def _optional_int(value: Any) -> int | None:

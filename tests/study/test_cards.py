@@ -1,7 +1,7 @@
 """The kinds of GPU a study's runs came from (autotune/study/cards.py): a run's kind from its
 telemetry, the warning when a new kind joins a study, and what ``best`` and the report say of
-a study that ran on two kinds (issue 28's dense random arm, stored: 13 runs on H200s, its last 6 launches on
-H100s)."""
+a study that ran on two kinds (issue 28's dense random arm, stored: 13 runs on H200s, its
+last 6 launches on H100s)."""
 
 from __future__ import annotations
 
