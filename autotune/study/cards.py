@@ -33,7 +33,8 @@ class CardWatch:
 
     def observe(self, card: str | None, *, run: str) -> str | None:
         """Count a finished run's kind; the warning to print the first time a kind joins a
-        study whose earlier runs came from others (``run``: "trial #7", "re-measure of #3").
+        study whose earlier runs came from others (``run``: how the warning names the run,
+        "the run of #7").
         None for a run without GPU telemetry, a kind seen before, or the study's first."""
         if card is None:
             return None
