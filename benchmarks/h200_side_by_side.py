@@ -49,7 +49,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from autotune.results import ConfigEstimate, best_estimate, config_estimates, study_cards  # noqa: E402
+from autotune.results import (  # noqa: E402
+    ConfigEstimate,
+    config_estimates,
+    study_cards,
+    winner_candidates,
+)
 from autotune.space import load_space  # noqa: E402
 from autotune.study.definition import load_study_definition  # noqa: E402
 from autotune.telemetry import short_machine  # noqa: E402
@@ -187,13 +192,14 @@ def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[
     if restarts < budget or counts["running"]:
         running = ", 1 running at the snapshot" if counts["running"] else ""
         spent += f"; in progress: {restarts} of {budget}{running}"
-    cards = study_cards(study)  # a study resumed on whatever card a lease gave
+    estimates = config_estimates(study)
+    cards = study_cards(study, estimates)  # a study resumed on whatever card a lease gave
     if len(cards) > 1:
         kinds = (f"{card.removeprefix('NVIDIA ')} ({n})" for card, n in cards.items())
         spent += "; on " + ", ".join(kinds)
-    estimates = config_estimates(study)
     base = next((e for e in estimates if e.trial.is_baseline), None)
-    est = best_estimate(study)
+    ranked = winner_candidates(study, estimates)
+    est = ranked[0] if ranked else None  # best_estimate's pick
     row = Row(label, restarts=spent)
     if est is not None:
         row.values = _values(est)

@@ -76,7 +76,7 @@ def best(
     smallest set of its changes measured within the tolerance of it."""
     from autotune.export import export as do_export
     from autotune.export import redact_trial
-    from autotune.results import baseline_trial, best_estimate, study_cards
+    from autotune.results import baseline_trial, config_estimates, study_cards, winner_candidates
 
     check_study(study)
     if export is not None and export not in EXPORT_FORMATS:
@@ -93,7 +93,9 @@ def best(
     if out is not None:
         check_out(out, option="--out", directory=True)
     opened = open_existing(study, storage)
-    estimate = best_estimate(opened)
+    estimates = config_estimates(opened)  # read once: the winner and the study's GPUs
+    ranked = winner_candidates(opened, estimates)
+    estimate = ranked[0] if ranked else None  # best_estimate's pick
     if estimate is None:
         raise AutotuneError(f"study {study!r} has no feasible completed trial yet")
     winner = estimate.trial
@@ -106,7 +108,8 @@ def best(
         gain = None
         if base is not None and base.feasible and base.throughput:
             gain = estimate.mean / base.throughput
-        _print_best(redact_trial(winner), base, gain, estimate, cards=study_cards(opened))
+        cards = study_cards(opened, estimates)
+        _print_best(redact_trial(winner), base, gain, estimate, cards=cards)
         return
     if export == "systemd" and out is None:
         raise ConfigError("--export systemd writes files: give --out DIR", field="--out")

@@ -12,10 +12,10 @@ from autotune.report._data import ReportData
 from autotune.report.telemetry import summary_rows
 from autotune.results import (
     TrialResult,
-    cards_of,
     cards_text,
     format_estimate,
     gain_over_baseline,
+    study_cards,
 )
 
 
@@ -41,7 +41,7 @@ def section(data: ReportData) -> str:
         rows.append(("winner (all its measurements)", format_estimate(winner, objective.unit)))
     rows += summary_rows(best)
     # a study resumed on another kind of card (autotune/study/cards.py): its ranking mixes them
-    cards = cards_of([m for e in data.estimates for m in e.measurements])
+    cards = study_cards(data.study, data.estimates)
     across = cards_text(cards, [m.card for m in winner.measurements] if winner else [])
     if across is not None:
         rows.append(("GPU kinds", across))

@@ -269,7 +269,12 @@ def config_estimates(study: optuna.Study) -> list[ConfigEstimate]:
     return out
 
 
-def study_cards(study: optuna.Study) -> dict[str, int]:
+def study_cards(
+    study: optuna.Study, estimates: Sequence[ConfigEstimate] | None = None
+) -> dict[str, int]:
     """The kinds of GPU the study's runs (trials and re-measurements) recorded, with their
-    counts (:func:`cards_of`)."""
-    return cards_of([m for e in config_estimates(study) for m in e.measurements])
+    counts (:func:`cards_of`). ``estimates``: :func:`config_estimates` of the study, when the
+    caller has read them already."""
+    if estimates is None:
+        estimates = config_estimates(study)
+    return cards_of([m for e in estimates for m in e.measurements])
