@@ -93,6 +93,8 @@ class Row:
     note: str = ""
     gpus: list[str | None] = field(default_factory=list)
     """The GPU (NVML UUID) each of ``values`` was measured on, None where not recorded."""
+    trial: int | None = None
+    """A tuning arm's winner: its trial number in that arm's study."""
 
     def line(self) -> str:
         cells = [self.arm, self.restarts, self.config, self.tok_s, self.j_per_token, self.gain]
@@ -202,7 +204,7 @@ def tuning_row(label: str, db: Path, name: str, budget: int) -> tuple[Row, list[
     est = ranked[0] if ranked else None  # best_estimate's pick
     row = Row(label, restarts=spent)
     if est is not None:
-        row.values = _values(est)
+        row.values, row.trial = _values(est), est.trial.number
         row.config = f"#{est.trial.number}: " + changed_levers(
             est.trial.params, _baseline_params(name)
         )
@@ -325,13 +327,23 @@ def agreement_row(side: Path | None) -> Row:
 
 
 def verdict(
-    *, winner: Row, defaults: Row, hand: Row, random: Row, sweep: Row, agreement: Row
+    *,
+    winner: Row,
+    defaults: Row,
+    hand: Row,
+    random: Row,
+    sweep: Row,
+    agreement: Row,
+    random_check: Row | None = None,
 ) -> list[str]:
     """Issue 28's done criterion, one line per arm: the winner re-measured from fresh starts
     against the defaults, the hand-picked combination, random search's and the sweep's best,
     each saying whether the two sides ran side by side (a gain across sessions or machines
-    carries their drift: on the H100 the defaults differed by 17% between machines). The
-    sweep's best is compared by its own client, `vllm bench serve`, with the agreement run's
+    carries their drift: on the H100 the defaults differed by 17% between machines). Random
+    search's best is taken from the check study where it was measured there from fresh
+    starts (``random_check``, queued with ``--also STUDY:best``): its tuning study's runs
+    passed its own selection, a winner's curse the fresh starts do not carry. The sweep's
+    best is compared by its own client, `vllm bench serve`, with the agreement run's
     measurement of the winner; without one, with autotune's figure of it."""
     if not winner.values:
         return []
@@ -347,7 +359,16 @@ def verdict(
             same_gpu(winner, defaults),
         ),
         ("the hand-picked combination", hand.values, winner.values, same_gpu(winner, hand)),
-        (f"random search's best ({random.config})", random.values, winner.values, other),
+        (
+            (
+                f"random search's best ({random.config}), from fresh starts in the check study",
+                random_check.values,
+                winner.values,
+                same_gpu(winner, random_check),
+            )
+            if random_check is not None and random_check.values
+            else (f"random search's best ({random.config})", random.values, winner.values, other)
+        ),
         (f"the sweep's best ({sweep.config})", sweep.values, sweep_values, f"{client}, {other}"),
     ]
     out = [f"The {winner.arm} against each arm:"]
@@ -444,9 +465,11 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         "|---|---|---|---|---|---|",
         *(r.line() for r in rows),
     ]
+    queued = f"#{rnd.trial} of {study}-random, from fresh starts"
+    random_check = next((r for r in check[3:] if r.arm == queued), None)
     lines = verdict(
         winner=check[2], defaults=check[0], hand=check[1], random=rnd, sweep=sweep,
-        agreement=agreement,
+        agreement=agreement, random_check=random_check,
     )  # fmt: skip
     explained = explanation_lines(here / f"{study}.db", study)
     cross = cross_card_lines(study) if here == stored else []

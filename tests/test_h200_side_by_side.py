@@ -108,11 +108,17 @@ def test_the_dense_check_study_is_queued_from_the_stored_h200_study(tmp_path: Pa
     assert winner["enable_prefix_caching"] == "off" and winner["cudagraph_mode"] == "FULL"
 
 
+CHECK_H100 = ROOT / "benchmarks" / "h100" / "vllm-dense-check-h100.db"
+"""The dense check study measured on an H100: defaults, hand-picked and #21, nothing queued
+with ``--also``."""
+
+
 def test_also_queues_one_more_trial_into_the_measured_check_study(tmp_path: Path) -> None:
     """#19 of the dense study was cut by a faulty early abort: `--also 19` queues its
-    configuration into the check study that already holds its measured trials, once."""
+    configuration into the check study that already holds its measured trials, once. (The
+    H100's copy of the check study: the H200's holds #19 since 2026-12-07.)"""
     db = tmp_path / "check.db"
-    shutil.copyfile(ROOT / "benchmarks" / "h200" / "vllm-h200-dense-check.db", db)
+    shutil.copyfile(CHECK_H100, db)
     db.chmod(0o644)
     storage = f"sqlite:///{db}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -148,7 +154,7 @@ def test_also_queues_another_arms_winner_by_its_own_estimate(tmp_path: Path) -> 
     fresh starts beside the others: `--also STUDY:best` takes it by the estimate `best` uses,
     labelled with its own study's trial number."""
     db = tmp_path / "check.db"
-    shutil.copyfile(ROOT / "benchmarks" / "h200" / "vllm-h200-dense-check.db", db)
+    shutil.copyfile(CHECK_H100, db)
     db.chmod(0o644)
     storage = f"sqlite:///{db}"
     random_db = ROOT / "benchmarks" / "h200" / "vllm-h200-dense-random.db"
@@ -167,6 +173,24 @@ def test_also_queues_another_arms_winner_by_its_own_estimate(tmp_path: Path) -> 
     assert trials[-2].system_attrs["fixed_params"] == arm.trials[best.trial.number].params
     again = _queue(storage, "--also", f"vllm-h200-dense-random:{best.trial.number}")
     assert again.returncode == 0 and f"{name}: already in" in again.stdout, again
+
+
+def test_the_h200_check_study_holds_both_configurations_queued_with_also(tmp_path: Path) -> None:
+    """The H200 session of 2026-12-07 ran `ALSO="vllm-h200-dense-random:best 19"`: both are in
+    the stored check study, measured, and asking again queues nothing."""
+    db = tmp_path / "check.db"
+    shutil.copyfile(ROOT / "benchmarks" / "h200" / "vllm-h200-dense-check.db", db)
+    db.chmod(0o644)
+    storage = f"sqlite:///{db}"
+    done = _queue(storage, "--also", "vllm-h200-dense-random:best", "--also", "19")
+    assert done.returncode == 0, done.stderr
+    assert "#19 of vllm-h200-dense-random: already in" in done.stdout, done.stdout
+    assert "#19 of vllm-h200-dense: already in" in done.stdout, done.stdout
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name="vllm-h200-dense-check", storage=storage).trials
+    labels = [t.user_attrs.get("label") for t in trials]
+    assert labels[-2:] == ["#19 of vllm-h200-dense-random", "#19 of vllm-h200-dense"]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials[-2:])
 
 
 # ------------------------------------------------------------------------ the reader
@@ -209,12 +233,25 @@ def test_the_reader_on_the_stored_h200_studies() -> None:
     defaults = _row(lines, "vLLM defaults, 3")
     assert defaults[3] == "4,403.8 (n=3: 4,226.1, 4,483.0, 4,502.4)"
     hand = _row(lines, "hand-picked")
-    assert hand[1] == "3" and hand[3] == "5,624.5 (n=3: 5,211.2, 5,815.6, 5,846.6)"
+    assert hand[1] == "5" and hand[3] == (
+        "5,568.0 (n=5: 5,211.2, 5,815.6, 5,846.6, 5,578.0, 5,388.6)"
+    )
     # The winner's first run was cut when the machine went back; its retry (#3) carried no
-    # label then and is found through the trial it retried.
+    # label then and is found through the trial it retried. Its last two runs, and the
+    # hand-picked's, came from the third H200 (2026-12-07), beside random search's winner.
     winner = _row(lines, "winner re-measured (winner #21)")
-    assert winner[1] == "3" and winner[3] == "5,770.5 (n=3: 5,722.6, 5,677.7, 5,911.4)"
-    assert winner[5].startswith("+31.0% (95% CI +22.8")
+    assert winner[1] == "5" and winner[3] == (
+        "5,810.3 (n=5: 5,722.6, 5,677.7, 5,911.4, 5,814.5, 5,925.5)"
+    )
+    assert winner[5].startswith("+31.9% (95% CI +24.6")
+    # random search's winner and the TPE study's #19, from fresh starts in the check study
+    rnd = _row(lines, "#19 of vllm-h200-dense-random, from fresh starts")
+    assert rnd[1] == "5" and rnd[3] == (
+        "5,680.4 (n=5: 5,560.2, 5,683.2, 5,606.2, 5,762.0, 5,790.4)"
+    )
+    assert rnd[2].startswith("block_size=32, cudagraph_mode=FULL,")
+    tpe19 = _row(lines, "#19 of vllm-h200-dense, from fresh starts")
+    assert tpe19[1] == "1" and tpe19[3] == "5,473.0 (n=1: 5,473.0)"
     # The sweep is complete (2026-12-05): 20 combinations x 3 runs, 24 restarts (the
     # combinations a session's end cut were started again in the next), over 4 device
     # sessions (runs more than 20 minutes apart).
@@ -230,19 +267,27 @@ def test_the_reader_on_the_stored_h200_studies() -> None:
         "5,925.3 (n=3: 5,858.3, 5,944.5, 5,973.1) vs 5,960.1 (n=3: 6,009.3, 5,914.1, 5,956.9)"
     )
     assert agreement[5] == "vllm bench serve -0.6% vs autotune's client"
-    # The check study spanned two H200s: the defaults' and the hand-picked's first runs on
-    # the one whose session ended (its winner run was cut), the rest on the next. On the
-    # GPU that measured most of both, the winner is no longer ahead of the hand-picked.
+    # The check study spans three H200s: the defaults' and the hand-picked's first runs on
+    # the one whose session ended (its winner run was cut), the next six on another, the
+    # rest on a third. On the GPU that measured most of both, the winner is level with the
+    # hand-picked; against random search's winner from fresh starts it is ahead by 3% with an
+    # interval that still reaches below zero.
     start = lines.index("The winner re-measured (winner #21) against each arm:") + 1
     assert lines[start] == (
-        "* vLLM's defaults (3 fresh starts): +31.0% (95% CI +22.8 to +39.3%); not all side by "
-        "side (on 2 GPUs); on GPU-2acac915 alone (n=3 vs 2): +28.4% (95% CI +21.5 to +35.4%); "
-        "the GPU as a block: +28.4% (95% CI +22.0 to +35.1%; 6 runs on 2 GPUs, 3 df)"
+        "* vLLM's defaults (3 fresh starts): +31.9% (95% CI +24.6 to +39.3%); not all side by "
+        "side (on 3 GPUs); on GPU-2acac915 alone (n=3 vs 2): +28.4% (95% CI +21.5 to +35.4%); "
+        "the GPU as a block: +28.4% (95% CI +23.1 to +33.9%; 8 runs on 3 GPUs, 4 df)"
     )
     assert lines[start + 1] == (
-        "* the hand-picked combination: +2.6% (95% CI -14.1 to +19.3%); not all side by side "
-        "(on 2 GPUs); on GPU-2acac915 alone (n=3 vs 2): -1.0% (95% CI -6.4 to +4.4%); the GPU "
-        "as a block: -1.1% (95% CI -6.0 to +4.1%; 6 runs on 2 GPUs, 3 df)"
+        "* the hand-picked combination: +4.4% (95% CI -1.7 to +10.4%); not all side by side "
+        "(on 3 GPUs); on GPU-2acac915 alone (n=3 vs 2): -1.0% (95% CI -6.4 to +4.4%); the GPU "
+        "as a block: +2.6% (95% CI -2.3 to +7.6%; 10 runs on 3 GPUs, 6 df)"
+    )
+    assert lines[start + 2].startswith("* random search's best (#19: block_size=32,")
+    assert lines[start + 2].endswith(
+        "from fresh starts in the check study: +2.3% (95% CI -0.5 to +5.0%); not all side by "
+        "side (on 2 GPUs); on GPU-8eeae43e alone (n=2 vs 5): +3.3% (95% CI -2.0 to +8.7%); the "
+        "GPU as a block: +3.3% (95% CI -0.3 to +7.1%; 10 runs on 2 GPUs, 7 df)"
     )
 
 
@@ -386,6 +431,8 @@ def test_the_reader_gives_a_row_to_a_configuration_queued_with_also(tmp_path: Pa
     for src in H200.glob(f"{DENSE}*"):
         shutil.copyfile(src, tmp_path / src.name)
         (tmp_path / src.name).chmod(0o644)
+    # the H100's check study: the H200's holds #19 measured since 2026-12-07
+    shutil.copyfile(CHECK_H100, tmp_path / f"{DENSE}-check.db")
     storage = f"sqlite:///{tmp_path / f'{DENSE}-check.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     check = optuna.load_study(study_name=f"{DENSE}-check", storage=storage)
@@ -401,11 +448,15 @@ def test_the_reader_gives_a_row_to_a_configuration_queued_with_also(tmp_path: Pa
     )
     lines = _reader().report(DENSE, 20, here=tmp_path)
     extra = _row(lines, "#19 of vllm-h200-dense, from fresh starts")
-    assert extra[1] == "1" and extra[3] == "5,211.2 (n=1: 5,211.2)", extra
+    assert extra[1] == "1" and extra[3] == "5,043.0 (n=1: 5,043.0)", extra
     assert "quantization=fp8" in extra[2]
-    assert extra[5].startswith("+18.3%"), extra  # 5,211.2 against the defaults' 4,403.8
+    assert extra[5].startswith("+29.7%"), extra  # 5,043.0 against the defaults' 3,887.1
     # the rows that were there are unchanged
-    assert _row(lines, "hand-picked")[3] == "5,624.5 (n=3: 5,211.2, 5,815.6, 5,846.6)"
+    assert _row(lines, "hand-picked")[3] == "5,188.6 (n=3: 5,043.0, 5,272.2, 5,250.7)"
+    # random search's winner was not measured in this check study: the verdict falls back on
+    # its tuning study's runs, and says they were not side by side
+    verdict = next(line for line in lines if line.startswith("* random search's best"))
+    assert "from fresh starts" not in verdict and verdict.endswith("; not side by side")
 
 
 def test_the_h100_check_study_holds_the_figures_benchmarks_quotes() -> None:
