@@ -166,3 +166,66 @@ def test_pack_leaves_one_file_per_study_so_two_collects_fit_a_call(tmp_path: Pat
     nothing = _pack("c", out)
     assert nothing.returncode == 0 and "pack: nothing in" in nothing.stdout
     assert not (out / "c-collect.tar.gz").exists()
+
+
+def _check(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`run.sh check` with a Python that only records its arguments (one line per call)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(RUN_SH), "check"],
+        env={
+            **os.environ,
+            "STUDY": "vllm-h200-dense-check",
+            "OUT": str(tmp_path / "out"),
+            "LOGS": str(tmp_path / "logs"),
+            "PY": str(fake),
+            **env,
+        },
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    deadline = time.monotonic() + 30  # `autotune run` starts in the background
+    while done.returncode == 0 and time.monotonic() < deadline:
+        if calls.is_file() and "-m autotune run" in calls.read_text():
+            break
+        time.sleep(0.1)
+    return done, calls.read_text().splitlines() if calls.is_file() else []
+
+
+def test_check_repeats_runs_more_rounds_from_a_copy_of_the_study_file(tmp_path: Path) -> None:
+    """CHECK_REPEATS=4: the check study's top configurations re-measured 4 times each (the
+    H200 session of 2026-12-07 edited the study file on the machine for it), from a copy
+    beside the study file whose relative paths still resolve."""
+    from autotune.study.definition import load_study_definition
+
+    copy = REPO / "studies" / ".vllm-h200-dense-check-repeats-4.yaml"
+    try:
+        done, calls = _check(tmp_path, CHECK_REPEATS="4")
+        assert done.returncode == 0, done.stdout + done.stderr
+        run = next(c for c in calls if "-m autotune run" in c)
+        assert run.endswith(
+            f"run --study vllm-h200-dense-check --trials 3 --study-file {copy.relative_to(REPO)}"
+        ), run
+        original = load_study_definition(REPO / "studies" / "vllm-h200-dense-check.yaml")
+        more = load_study_definition(copy)
+        assert original.remeasure.repeats == 2 and more.remeasure.repeats == 4
+        assert more.model_dump(exclude={"remeasure", "source"}) == original.model_dump(
+            exclude={"remeasure", "source"}
+        )
+        assert more.resolve(Path(more.space)) == original.resolve(Path(original.space))
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("bad", ["0", "x", "100", "-1"])
+def test_check_repeats_refuses_what_is_not_a_count(bad: str, tmp_path: Path) -> None:
+    done, calls = _check(tmp_path, CHECK_REPEATS=bad)
+    assert done.returncode != 0
+    assert f"CHECK_REPEATS={bad}: expected a number of re-measurements, 1-99" in done.stdout
+    assert not any("-m autotune run" in c for c in calls)

@@ -44,7 +44,7 @@
 #   check          queue defaults, hand-picked and the winner of $WINNER_DB into the check study
 #                  $STUDY (scripts/h200/side_by_side.py, once), and trial N of the tuning study
 #                  for each N of $ALSO (an existing check study too, once), then `autotune run`
-#                  of it ($CHECK_TRIALS trials, the top three measured three times) in the
+#                  of it ($CHECK_TRIALS trials, the top three measured three times; CHECK_REPEATS=N: N+1) in the
 #                  background
 #   profile        start vLLM once on $PROFILE_MODEL ($PROFILE_ARGS: its options) under py-spy
 #                  (carried .kit/py-spy/py_spy-*.whl) until it listens, then stop it; the raw
@@ -120,6 +120,9 @@
 #     STUDY=vllm-h200-dense-check FROM_DB=benchmarks/h200/vllm-h200-dense-check.db \
 #       ALSO="vllm-h200-dense-random:best 19" CHECK_TRIALS=5 \
 #       MODELS=h200-7b:/tmp/autotune-model-7b scripts/h200/run.sh kit models check
+#   (done 2026-12-07 on a third H200, then two more rounds of the top three so that each has
+#   runs on that GPU: `CHECK_REPEATS=3 ... check watch 600`, then CHECK_REPEATS=4; that day
+#   the study file was edited on the machine instead, which CHECK_REPEATS does since)
 #   the MoE model: the same arms at the floor of 16 restarts each (RESTARTS=16; the
 #     reader: benchmarks/h200_side_by_side.py --study vllm-h100-moe --budget 16), with
 #     MODELS=h200-moe:/tmp/autotune-moe, on an H100 (the device tool lends one when no H200
@@ -473,7 +476,24 @@ check() {
     "$PY" scripts/h200/side_by_side.py --study "$STUDY" --winner-study "$WINNER_STUDY" \
       --winner-from "sqlite:///$PWD/$WINNER_DB" "${also[@]}" || return 1
   fi
-  background run --study "$STUDY" --trials "$CHECK_TRIALS"
+  # CHECK_REPEATS=N: N re-measurements of each of the top configurations instead of the study
+  # file's remeasure.repeats: more rounds of a check study already measured (it re-measures
+  # only what is missing), from a copy of the study file beside it (its paths are relative).
+  local file=()
+  if [ -n "${CHECK_REPEATS:-}" ]; then
+    if ! [[ $CHECK_REPEATS =~ ^[1-9][0-9]?$ ]]; then
+      say "CHECK_REPEATS=$CHECK_REPEATS: expected a number of re-measurements, 1-99"
+      return 1
+    fi
+    file=("studies/.$STUDY-repeats-$CHECK_REPEATS.yaml")
+    sed "s/^  repeats: [0-9][0-9]*\$/  repeats: $CHECK_REPEATS/" "studies/$STUDY.yaml" >"${file[0]}"
+    grep -q "^  repeats: $CHECK_REPEATS\$" "${file[0]}" || {
+      say "studies/$STUDY.yaml: no remeasure.repeats line to change"
+      return 1
+    }
+    file=(--study-file "${file[0]}")
+  fi
+  background run --study "$STUDY" --trials "$CHECK_TRIALS" "${file[@]}"
 }
 
 watch() {
