@@ -19,7 +19,7 @@ from sshd_hosts import SSHLab
 pytestmark = pytest.mark.slow
 
 
-def test_run_12_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) -> None:
+def test_run_8_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) -> None:
     lab = netns_lab
     study_file, prefill_addr, decode_addr = write_sim_pd_files(
         lab, tmp_path, study_template=E2E_STUDY
@@ -28,12 +28,12 @@ def test_run_12_trials_over_ssh_then_restore(netns_lab: SSHLab, tmp_path: Path) 
     db = tmp_path / "ssh.db"
     common = ["--study", "ssh", "--storage", f"sqlite:///{db}", "--study-file", str(study_file)]
     started = time.monotonic()
-    autotune_cli("run", "--trials", "12", "--seed", "5", *common, cwd=tmp_path, timeout=900)
+    autotune_cli("run", "--trials", "8", "--seed", "5", *common, cwd=tmp_path, timeout=900)
     elapsed = time.monotonic() - started
 
     study = optuna.load_study(study_name="ssh", storage=f"sqlite:///{db}")
     trials = study.get_trials()
-    assert len(trials) == 12 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials)
     launched = [t for t in trials if "restarted" in t.user_attrs]
     assert len(launched) >= 5
     measured = [t for t in launched if t.user_attrs["failure"] is None]
