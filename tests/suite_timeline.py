@@ -9,6 +9,14 @@ how long a worker waited on another's lock (the real-vLLM studies take turns). W
 summary at the end: each worker's busy time and finishing time, how long the run ran on fewer
 workers than it has, and the files that took longest. ``make test`` sets it
 (``.venv-engines/test-timeline.jsonl``); BENCHMARKS.md, "Test suite", reads it.
+
+Each phase also carries the CPU seconds its worker spent (``cpu``: the worker process and the
+processes it waited for, by ``os.times()``, measured on the worker and sent with the report).
+On 2 cores the suite keeps both busy from start to end, so its wall time is its CPU work over
+the cores: the files that cost wall time are the ones that burn CPU, not the ones that wait
+(a test that sleeps or waits on a lock is long in the timeline and cheap here). A server that
+outlives its test is counted when reaped, in the phase that stops it (a module's fixture: its
+last teardown); a grandchild orphaned by a kill is not counted at all.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +45,8 @@ class Phase:
     start: float
     stop: float
     outcome: str
+    cpu: float | None = None
+    """CPU seconds of the worker and the processes it reaped during the phase (None: unmeasured)."""
 
     @property
     def file(self) -> str:
@@ -50,6 +61,7 @@ class Summary:
     last_stop: dict[str, float] = field(default_factory=dict)
     first_start: float = 0.0
     by_file: dict[str, float] = field(default_factory=dict)
+    cpu_by_file: dict[str, float] = field(default_factory=dict)
 
     @property
     def wall(self) -> float:
@@ -71,6 +83,17 @@ class Summary:
         out.append(f"  the last {self.tail:,.0f} s ran on fewer workers than the run has")
         longest = sorted(self.by_file.items(), key=lambda kv: -kv[1])[:TOP_FILES]
         out.extend(f"  {seconds:7,.0f} s  {name}" for name, seconds in longest)
+        if self.cpu_by_file:
+            total = sum(self.cpu_by_file.values())
+            out.append(
+                f"  CPU: {total:,.0f} s in all (the workers and the processes they reaped); "
+                "the files that burn most:"
+            )
+            heaviest = sorted(self.cpu_by_file.items(), key=lambda kv: -kv[1])[:TOP_FILES]
+            out.extend(
+                f"  {seconds:7,.0f} s  {100 * seconds / total:4.1f}%  {name}"
+                for name, seconds in heaviest
+            )
         return out
 
 
@@ -82,19 +105,63 @@ def summarize(phases: list[Phase]) -> Summary:
     summary.first_start = min(p.start for p in phases)
     busy: dict[str, float] = defaultdict(float)
     by_file: dict[str, float] = defaultdict(float)
+    cpu_by_file: dict[str, float] = defaultdict(float)
     for phase in phases:
         seconds = max(0.0, phase.stop - phase.start)
         busy[phase.worker] += seconds
         by_file[phase.file] += seconds
+        if phase.cpu is not None:
+            cpu_by_file[phase.file] += phase.cpu
         summary.last_stop[phase.worker] = max(summary.last_stop.get(phase.worker, 0), phase.stop)
     summary.busy = dict(busy)
     summary.by_file = dict(by_file)
+    summary.cpu_by_file = dict(cpu_by_file)
     return summary
 
 
 def read(path: Path) -> list[Phase]:
     """The phases a timeline file holds."""
     return [Phase(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+CPU_KEY = "suite-timeline-cpu-s"
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds so far of this process and of every child it has waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class CpuMeter:
+    """On whichever process runs the tests (an xdist worker, or the one process of a run
+    without xdist): each phase's CPU seconds go into the item's ``user_properties``, which
+    the phase's report carries (xdist sends them to the controller with it)."""
+
+    def _measure(self, item: pytest.Item, when: str) -> Iterator[None]:
+        before = _cpu_seconds()
+        try:
+            yield
+        finally:
+            item.user_properties.append((f"{CPU_KEY}:{when}", _cpu_seconds() - before))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._measure(item, "setup")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._measure(item, "call")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._measure(item, "teardown")
+
+
+def _cpu_of(report: pytest.TestReport) -> float | None:
+    key = f"{CPU_KEY}:{report.when}"
+    values = [v for k, v in report.user_properties if k == key and isinstance(v, int | float)]
+    return float(values[-1]) if values else None
 
 
 def _worker(report: pytest.TestReport) -> str:
@@ -116,7 +183,15 @@ class Timeline:
         if start is None or stop is None:
             return
         self.phases.append(
-            Phase(report.nodeid, report.when, _worker(report), start, stop, report.outcome)
+            Phase(
+                report.nodeid,
+                report.when,
+                _worker(report),
+                start,
+                stop,
+                report.outcome,
+                _cpu_of(report),
+            )
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -130,7 +205,11 @@ class Timeline:
 
 
 def register(config: pytest.Config) -> None:
-    """Add the plugin when ``AUTOTUNE_TEST_TIMELINE`` names a file, on the controller only."""
+    """When ``AUTOTUNE_TEST_TIMELINE`` names a file: the timeline on the controller, the CPU
+    meter where tests run (on the controller of an xdist run it meets no test)."""
     target = os.environ.get(ENV)
-    if target and not hasattr(config, "workerinput"):
+    if not target:
+        return
+    config.pluginmanager.register(CpuMeter(), "suite-timeline-cpu")
+    if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Timeline(Path(target)), "suite-timeline")

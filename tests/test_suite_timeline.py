@@ -28,6 +28,24 @@ def test_the_summary_counts_busy_time_per_worker_and_the_idle_tail() -> None:
     assert lines[0] == "timeline: 31 s of tests on 2 worker(s)"
     assert "the last 19 s ran on fewer workers" in "\n".join(lines)
     assert summarize([]).wall == 0.0
+    assert "CPU: " not in "\n".join(lines)  # no phase measured its CPU: no CPU lines
+
+
+def test_the_summary_ranks_files_by_the_cpu_they_burnt() -> None:
+    phases = [
+        Phase("wait.py::t", "call", "gw0", 0.0, 100.0, "passed", cpu=1.0),
+        Phase("burn.py::t", "setup", "gw1", 0.0, 20.0, "passed", cpu=30.0),
+        Phase("burn.py::t", "call", "gw1", 20.0, 30.0, "passed", cpu=9.0),
+        Phase("old.py::t", "call", "gw1", 30.0, 31.0, "passed"),  # unmeasured
+    ]
+    summary = summarize(phases)
+    assert summary.cpu_by_file == {"wait.py": 1.0, "burn.py": 39.0}
+    lines = summary.lines()
+    start = lines.index(
+        "  CPU: 40 s in all (the workers and the processes they reaped); the files that burn most:"
+    )
+    assert lines[start + 1] == "       39 s  97.5%  burn.py"
+    assert lines[start + 2] == "        1 s   2.5%  wait.py"
 
 
 def test_a_run_under_xdist_writes_every_phase_with_its_worker(tmp_path: Path) -> None:
@@ -40,6 +58,14 @@ def test_a_run_under_xdist_writes_every_phase_with_its_worker(tmp_path: Path) ->
     )
     (project / "test_a.py").write_text("import time\ndef test_a():\n    time.sleep(0.3)\n")
     (project / "test_b.py").write_text("def test_b():\n    assert False\n")
+    # CPU burnt in a child the test waits for: counted in its phase, unlike test_a's sleep
+    (project / "test_c.py").write_text(
+        "import subprocess, sys\n"
+        "def test_c():\n"
+        "    subprocess.run([sys.executable, '-c', "
+        "'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass'],"
+        " check=True)\n"
+    )
     out = tmp_path / "timeline.jsonl"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
@@ -51,10 +77,18 @@ def test_a_run_under_xdist_writes_every_phase_with_its_worker(tmp_path: Path) ->
     assert "timeline: " in run.stdout and str(out) in run.stdout, run.stdout
     phases = read(out)
     assert {(p.nodeid, p.when) for p in phases} == {
-        (f"{name}.py::{name}", when) for name in ("test_a", "test_b")
+        (f"{name}.py::{name}", when) for name in ("test_a", "test_b", "test_c")
         for when in ("setup", "call", "teardown")
     }  # fmt: skip
-    assert {p.worker for p in phases} == {"gw0", "gw1"}  # one file each (loadfile)
+    assert {p.worker for p in phases} == {"gw0", "gw1"}  # loadfile: a file stays on one worker
     call = next(p for p in phases if p.nodeid == "test_a.py::test_a" and p.when == "call")
     assert call.stop - call.start >= 0.3
     assert next(p for p in phases if p.when == "call" and "test_b" in p.nodeid).outcome == "failed"
+    # every phase carries its CPU seconds; the child's 0.6 s land in test_c's call
+    assert all(p.cpu is not None and p.cpu >= 0 for p in phases)
+    cpu = {p.nodeid.split(".py")[0]: p.cpu for p in phases if p.when == "call"}
+    assert cpu["test_c"] is not None and cpu["test_c"] >= 0.6, cpu
+    assert cpu["test_a"] is not None and cpu["test_a"] < 0.3, cpu  # a sleep burns none
+    assert "CPU: " in run.stdout and "the files that burn most:" in run.stdout, run.stdout
+    heaviest = run.stdout.split("the files that burn most:")[1].splitlines()[1]
+    assert heaviest.endswith("test_c.py"), run.stdout
