@@ -263,6 +263,11 @@ def _label(study: optuna.Study, number: int) -> str:
     return str(attrs.get("label") or "?")
 
 
+def queued_arm(tag: str) -> str:
+    """The check study's row of a configuration queued with ``--also`` ("#19 of STUDY")."""
+    return f"{tag}, from fresh starts"
+
+
 def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
     """Defaults x3, hand-picked and the winner re-measured, from the check study."""
     labels = ("vLLM defaults, 3 fresh starts", "hand-picked (DOMAIN.md §8b)", "winner re-measured")
@@ -302,7 +307,7 @@ def check_rows(db: Path, name: str, defaults: list[float]) -> list[Row]:
             rows[-1].gain = gain(rows[-1].values, defaults)
     # Configurations of the tuning study queued later (`side_by_side.py --also N`): one the
     # tuning study could not judge, measured here from fresh starts without an abort.
-    rows += [row(f"{tag}, from fresh starts", e) for tag, e in by_label.items() if tag[:1] == "#"]
+    rows += [row(queued_arm(tag), e) for tag, e in by_label.items() if tag[:1] == "#"]
     return rows
 
 
@@ -465,7 +470,7 @@ def report(study: str, budget: int, *, here: Path | None = None) -> list[str]:
         "|---|---|---|---|---|---|",
         *(r.line() for r in rows),
     ]
-    queued = f"#{rnd.trial} of {study}-random, from fresh starts"
+    queued = queued_arm(f"#{rnd.trial} of {study}-random")
     random_check = next((r for r in check[3:] if r.arm == queued), None)
     lines = verdict(
         winner=check[2], defaults=check[0], hand=check[1], random=rnd, sweep=sweep,

@@ -44,8 +44,8 @@
 #   check          queue defaults, hand-picked and the winner of $WINNER_DB into the check study
 #                  $STUDY (scripts/h200/side_by_side.py, once), and trial N of the tuning study
 #                  for each N of $ALSO (an existing check study too, once), then `autotune run`
-#                  of it ($CHECK_TRIALS trials, the top three measured three times; CHECK_REPEATS=N: N+1) in the
-#                  background
+#                  of it ($CHECK_TRIALS trials, the top three measured three times, or
+#                  CHECK_REPEATS+1 times) in the background
 #   profile        start vLLM once on $PROFILE_MODEL ($PROFILE_ARGS: its options) under py-spy
 #                  (carried .kit/py-spy/py_spy-*.whl) until it listens, then stop it; the raw
 #                  stacks of every process (startup-profile.raw.gz), where its start went
