@@ -157,6 +157,16 @@
 #     COLLECT_S=40 fit it in 280 s with the kit and the model), then
 #     .venv/bin/python benchmarks/h200_side_by_side.py --study vllm-h100-moe --budget 16
 #     (the same arms as vllm-h200-moe* on an H200, if a whole side-by-side fits there).
+#   On an H200, when one comes (a call naming nvidia-h200 gets an H100 or nothing most days;
+#     needs_h200 is for work that cannot fit an H100, which this MoE does): the H100's winner
+#     beside vLLM's defaults and the hand-picked fp8 weights on that H200, 3 fresh starts each
+#     (9 restarts, about 15 minutes: one lease). The queue, checked on the CPU machine on
+#     2026-12-08: defaults, hand-picked, and #23 of benchmarks/h100/vllm-h100-moe.db.
+#     With part-03 of the kit:
+#     STUDY=vllm-h200-moe-check WINNER_STUDY=vllm-h100-moe \
+#       WINNER_DB=benchmarks/h100/vllm-h100-moe.db MODELS=h200-moe:/tmp/autotune-moe \
+#       scripts/h200/run.sh kit models check watch 600
+#     then STUDY=vllm-h200-moe-check scripts/h200/run.sh watch 600 until its 9 runs are in.
 # Where a restart's first 40-50 s go (before vLLM's engine core logs its first line; one start,
 # 1-2.5 min of device time): here, once, `python3 -m pip download --no-deps py-spy==0.4.3 -d
 # .kit/py-spy`; then, after the kit and the models, carry [..., ".kit/py-spy"] and
