@@ -50,10 +50,12 @@ DEVICES = {  # the name a card's driver reports -> the one vLLM files its tables
     "NVIDIA H200": "NVIDIA_H200",
     "NVIDIA H200 NVL": "NVIDIA_H200",  # vLLM files every H200 under one name
 }
+Runs = dict[str, tuple[Any, Path]]
+"""Each device named (NO_GPU: none) -> how the script exited, and the root it wrote into."""
 
 
 @pytest.fixture(scope="module")
-def runs(engine_envs: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path]]:
+def runs(engine_envs: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """Each device's (exit, root): the script run under the real vLLM 0.26.0, a root each."""
     python = Path(engine_envs.ensure("vllm", "0.26.0"))
     cases = [(device, tmp_path_factory.mktemp("moe")) for device in (NO_GPU, *DEVICES)]
@@ -68,9 +70,7 @@ def runs(engine_envs: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_tables_are_named_as_vllm_reads_them_on_the_card(
-    runs: dict[str, tuple[Any, Path]], device: str
-) -> None:
+def test_the_tables_are_named_as_vllm_reads_them_on_the_card(runs: Runs, device: str) -> None:
     code, root = runs[device]
     assert code == 0, code
     name = DEVICES[device]
@@ -88,7 +88,7 @@ def test_the_tables_are_named_as_vllm_reads_them_on_the_card(
         assert batches and all("BLOCK_SIZE_M" in tiles for tiles in batches.values())
 
 
-def test_without_a_gpu_it_says_so(runs: dict[str, tuple[Any, Path]]) -> None:
+def test_without_a_gpu_it_says_so(runs: Runs) -> None:
     code, root = runs[NO_GPU]
     assert "no CUDA GPU here" in str(code)
     assert list(root.iterdir()) == []
