@@ -16,7 +16,10 @@ On 2 cores the suite keeps both busy from start to end, so its wall time is its 
 the cores: the files that cost wall time are the ones that burn CPU, not the ones that wait
 (a test that sleeps or waits on a lock is long in the timeline and cheap here). A server that
 outlives its test is counted when reaped, in the phase that stops it (a module's fixture: its
-last teardown); a grandchild orphaned by a kill is not counted at all.
+last teardown); a grandchild orphaned by a kill is not counted at all. A worker's last teardown
+also ends its session's fixtures (the SSH lab's sshd and what ran under it: 116 CPU-s in one
+run, put on a file that burns 6.7 alone): that phase is marked ``last`` and its CPU is counted
+under SESSION_END, not under the file whose test happened to come last.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pytest
 
 ENV = "AUTOTUNE_TEST_TIMELINE"
 TOP_FILES = 8
+SESSION_END = "(a worker's last teardown: its session's fixtures)"
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,17 @@ class Phase:
     outcome: str
     cpu: float | None = None
     """CPU seconds of the worker and the processes it reaped during the phase (None: unmeasured)."""
+    last: bool = False
+    """The worker's last teardown, which ends the session's fixtures too."""
 
     @property
     def file(self) -> str:
         return self.nodeid.split("::", 1)[0]
+
+    @property
+    def cpu_owner(self) -> str:
+        """Whose CPU the phase's is: its file's, or the session's at a worker's last teardown."""
+        return SESSION_END if self.last else self.file
 
 
 @dataclass
@@ -111,7 +122,7 @@ def summarize(phases: list[Phase]) -> Summary:
         busy[phase.worker] += seconds
         by_file[phase.file] += seconds
         if phase.cpu is not None:
-            cpu_by_file[phase.file] += phase.cpu
+            cpu_by_file[phase.cpu_owner] += phase.cpu
         summary.last_stop[phase.worker] = max(summary.last_stop.get(phase.worker, 0), phase.stop)
     summary.busy = dict(busy)
     summary.by_file = dict(by_file)
@@ -125,6 +136,7 @@ def read(path: Path) -> list[Phase]:
 
 
 CPU_KEY = "suite-timeline-cpu-s"
+LAST_KEY = "suite-timeline-last"
 
 
 def _cpu_seconds() -> float:
@@ -154,7 +166,11 @@ class CpuMeter:
         yield from self._measure(item, "call")
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Iterator[None]:
+        if nextitem is None:  # no test follows on this process: the session's fixtures end here
+            item.user_properties.append((LAST_KEY, True))
         yield from self._measure(item, "teardown")
 
 
@@ -162,6 +178,10 @@ def _cpu_of(report: pytest.TestReport) -> float | None:
     key = f"{CPU_KEY}:{report.when}"
     values = [v for k, v in report.user_properties if k == key and isinstance(v, int | float)]
     return float(values[-1]) if values else None
+
+
+def _is_last(report: pytest.TestReport) -> bool:
+    return report.when == "teardown" and any(k == LAST_KEY for k, _ in report.user_properties)
 
 
 def _worker(report: pytest.TestReport) -> str:
@@ -191,6 +211,7 @@ class Timeline:
                 stop,
                 report.outcome,
                 _cpu_of(report),
+                _is_last(report),
             )
         )
 

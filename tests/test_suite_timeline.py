@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite_timeline import ENV, Phase, read, summarize
+from suite_timeline import ENV, SESSION_END, Phase, read, summarize
 
 TESTS = Path(__file__).resolve().parent
 
@@ -46,6 +46,20 @@ def test_the_summary_ranks_files_by_the_cpu_they_burnt() -> None:
     )
     assert lines[start + 1] == "       39 s  97.5%  burn.py"
     assert lines[start + 2] == "        1 s   2.5%  wait.py"
+
+
+def test_a_workers_last_teardown_is_the_sessions_cpu_not_its_files() -> None:
+    """The teardown that ends a worker's session fixtures (a lab's servers reaped there) is
+    counted apart: the file whose test came last burnt only its own call."""
+    phases = [
+        Phase("early.py::t", "call", "gw0", 0.0, 10.0, "passed", cpu=5.0),
+        Phase("late.py::t", "call", "gw0", 10.0, 11.0, "passed", cpu=0.5),
+        Phase("late.py::t", "teardown", "gw0", 11.0, 11.5, "passed", cpu=60.0, last=True),
+    ]
+    summary = summarize(phases)
+    assert summary.cpu_by_file == {"early.py": 5.0, "late.py": 0.5, SESSION_END: 60.0}
+    assert summary.by_file == {"early.py": 10.0, "late.py": 1.5}  # wall stays the file's
+    assert f"  {60:7,.0f} s  {100 * 60 / 65.5:4.1f}%  {SESSION_END}" in summary.lines()
 
 
 def test_a_run_under_xdist_writes_every_phase_with_its_worker(tmp_path: Path) -> None:
@@ -92,3 +106,8 @@ def test_a_run_under_xdist_writes_every_phase_with_its_worker(tmp_path: Path) ->
     assert "CPU: " in run.stdout and "the files that burn most:" in run.stdout, run.stdout
     heaviest = run.stdout.split("the files that burn most:")[1].splitlines()[1]
     assert heaviest.endswith("test_c.py"), run.stdout
+    # each worker's last phase, a teardown, is marked as the end of its session; no other
+    for worker in ("gw0", "gw1"):
+        own = sorted((p for p in phases if p.worker == worker), key=lambda p: p.stop)
+        assert [p.last for p in own] == [False] * (len(own) - 1) + [True], own
+        assert own[-1].when == "teardown"
